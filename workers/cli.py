@@ -1,0 +1,2 @@
+def main() -> None:  # placeholder replaced below
+    pass

@@ -1,0 +1,95 @@
+"""User-facing configuration, validated with pydantic (bad values are clear errors)."""
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SpecMethod = Literal["off", "ngram", "draft"]
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+
+MAX_STOP_STRINGS = 64
+MAX_STOP_STRING_CHARS = 256
+
+
+class SamplingParams(BaseModel):
+    """Per-request sampling parameters (OpenAI-compatible meanings)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_tokens: int = Field(16, ge=1, le=1_000_000, description="Maximum number of tokens to generate.")
+    temperature: float = Field(1.0, ge=0.0, le=100.0, description="0 means greedy (argmax) decoding.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling: keep the smallest set with mass >= top_p.")
+    top_k: int = Field(0, ge=0, description="Keep the k most likely tokens; 0 disables.")
+    seed: int | None = Field(None, ge=0, lt=2**63, description="Makes sampling reproducible for this request.")
+    stop: list[str] = Field(default_factory=list, description="Stop strings; not included in the output.")
+    stop_token_ids: list[int] = Field(default_factory=list, description="Extra token ids that end generation.")
+    ignore_eos: bool = Field(False, description="Keep generating past the end-of-sequence token.")
+
+    @field_validator("temperature", "top_p")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_list(cls, v: object) -> object:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_limits(cls, v: list[str]) -> list[str]:
+        if len(v) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(v)}")
+        for s in v:
+            if not s:
+                raise ValueError("stop strings must not be empty")
+            if len(s) > MAX_STOP_STRING_CHARS:
+                raise ValueError(f"a stop string may have at most {MAX_STOP_STRING_CHARS} characters")
+        return v
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class SpecConfig(BaseModel):
+    """Speculative decoding: which proposer and how many draft tokens per step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: SpecMethod = Field("off", description="off | ngram (prompt lookup) | draft (a small causal LM).")
+    k: int = Field(4, ge=1, le=32, description="Draft tokens proposed per request per step.")
+    ngram_min: int = Field(1, ge=1, le=16, description="Shortest suffix the n-gram proposer tries to match.")
+    ngram_max: int = Field(4, ge=1, le=16, description="Longest suffix the n-gram proposer tries to match.")
+    draft_model: str | None = Field(None, description="Folder of the draft model (same tokenizer as the target).")
+    draft_top_k: int = Field(32, ge=1, le=1024, description="Support of the draft's sampling distribution (exactly sparse).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SpecConfig":
+        if self.ngram_min > self.ngram_max:
+            raise ValueError("ngram_min must be <= ngram_max")
+        if self.method == "draft" and not self.draft_model:
+            raise ValueError("spec method 'draft' needs draft_model (a local model folder)")
+        return self
+
+
+class EngineConfig(BaseModel):
+    """Engine sizing: model, dtype, KV-cache budget and the scheduler's limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("smollm2-135m-instruct", description="'smollm2-135m-instruct' or a local HF folder.")
+    dtype: DType = Field("auto", description="auto = float32 on CPU (measured faster there), bfloat16 on CUDA.")
+    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+    block_size: int = Field(16, ge=1, le=256, description="Tokens per KV-cache block.")
+    kv_cache_memory_gb: float = Field(1.0, gt=0, description="Memory for the KV cache (sizes the block pool).")
+    max_num_seqs: int = Field(64, ge=1, le=4096, description="Cap on sequences running at once.")
+    max_num_batched_tokens: int = Field(512, ge=16, description="Per-step token budget (chunked prefill).")
+    max_model_len: int | None = Field(None, ge=16, description="Context limit; default the model's.")
+    enable_prefix_caching: bool = Field(True, description="Share full KV blocks by a hash of their prefix.")
+    num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default all cores.")
+    spec: SpecConfig = Field(default_factory=SpecConfig)

@@ -1,0 +1,300 @@
+"""The engine: add_request / abort / step, continuous batching with speculative decoding. No Ray in here.
+
+One step: the scheduler picks decoding requests (with a draft budget each) and prefill chunks; the proposer
+drafts for the decoding ones in one batched call; the target computes everything in ONE ragged forward; the
+rejection sampler turns the logits into tokens for every request that produced logits (decoding requests and
+prefills that just completed, which are verify steps with 0 drafts); then tokens are appended, stop conditions
+checked, KV rolled back to the accepted prefix, and full blocks registered in the prefix cache.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import time
+from dataclasses import dataclass
+
+import torch
+
+from workers.config import EngineConfig, SamplingParams
+from workers.llama import LlamaForward
+from workers.metrics import LatencyStats, SpecStats
+from workers.model_runner import ModelRunner, StepChunk, pick_device, pick_dtype
+from workers.model_store import resolve_model
+from workers.proposers.base import DraftInput, Proposal, Proposer
+from workers.rejection_sampler import rejection_sample
+from workers.request import Request, Status
+from workers.sampling import BatchSampling
+from workers.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+class InvalidRequestError(ValueError):
+    """The request cannot be served as given (a 400 at the HTTP layer)."""
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    req_id: str
+    new_token_ids: list[int]
+    delta_text: str
+    finished: bool
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    request: Request | None = None  # the finished request (stats, timings), on its last output only
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig | None = None, proposer: Proposer | None = None) -> None:
+        from transformers import AutoTokenizer
+
+        self.config = config = config or EngineConfig()
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        folder = resolve_model(config.model)
+        device = pick_device(config.device)
+        dtype = pick_dtype(config.dtype, device)
+        self.model, hf_config = LlamaForward.load(folder, device, dtype)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self.max_model_len = min(config.max_model_len or 10**9, hf_config.max_position_embeddings)
+        self.runner = ModelRunner(self.model, int(config.kv_cache_memory_gb * 2**30), config.block_size,
+                                  config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.runner.pool, config.max_num_seqs, config.max_num_batched_tokens,
+                                   self.max_model_len)
+        self.proposer = proposer if proposer is not None else self._build_proposer(device, dtype)
+        self.k = self.proposer.k if self.proposer is not None else 0
+        eos = hf_config.eos_token_id
+        self.eos_ids = frozenset(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        self.requests: dict[str, Request] = {}
+        self.spec_stats = SpecStats()
+        self.latency = LatencyStats()
+        self.num_steps = 0
+        self._ids = itertools.count()
+        self._rng = random.Random()
+
+    def _build_proposer(self, device: torch.device, dtype: torch.dtype) -> Proposer | None:
+        spec = self.config.spec
+        if spec.method == "ngram":
+            from workers.proposers.ngram import NgramProposer
+
+            return NgramProposer(spec.k, spec.ngram_min, spec.ngram_max)
+        if spec.method == "draft":
+            from workers.proposers.draft_model import DraftModelProposer
+
+            draft, _ = LlamaForward.load(resolve_model(spec.draft_model), device, dtype)
+            if draft.vocab_size != self.model.vocab_size:
+                raise ValueError(f"draft vocabulary {draft.vocab_size} != target vocabulary {self.model.vocab_size}")
+            kv = int(self.config.kv_cache_memory_gb * 2**30 // 4)
+            return DraftModelProposer(ModelRunner(draft, kv, self.config.block_size, False), spec.k, spec.draft_top_k)
+        return None
+
+    # ---- requests ---------------------------------------------------------------------------------------
+    def encode_prompt(self, prompt: str | list[int], chat: bool = False) -> list[int]:
+        if isinstance(prompt, list):
+            return [int(t) for t in prompt]
+        if chat:
+            msgs = [{"role": "user", "content": prompt}]
+            return list(self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                                           return_dict=False))
+        return self.tokenizer.encode(prompt)
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    req_id: str | None = None, chat: bool = False) -> str:
+        params = params or SamplingParams()
+        ids = self.encode_prompt(prompt, chat)
+        if not ids:
+            raise InvalidRequestError("the prompt is empty")
+        if any(t < 0 or t >= self.model.vocab_size for t in ids):
+            raise InvalidRequestError(f"prompt token ids must be in [0, {self.model.vocab_size})")
+        if len(ids) >= self.max_model_len:
+            raise InvalidRequestError(
+                f"the prompt has {len(ids)} tokens; this model's context is {self.max_model_len} tokens "
+                f"(prompt + output)")
+        if -(-(len(ids) + 1) // self.runner.block_size) > self.runner.pool.num_blocks:
+            raise InvalidRequestError(f"the prompt has {len(ids)} tokens, more than the KV cache holds")
+        req_id = req_id or f"req-{next(self._ids)}"
+        if req_id in self.requests:
+            raise InvalidRequestError(f"request id {req_id!r} is already in use")
+        stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_ids)
+        req = Request(req_id, ids, params,
+                      seed=params.seed if params.seed is not None else self._rng.getrandbits(62),
+                      stop_ids=stop_ids, max_tokens=min(params.max_tokens, self.max_model_len - len(ids)))
+        self.requests[req_id] = req
+        self.scheduler.waiting.append(req)
+        return req_id
+
+    def abort(self, req_id: str) -> bool:
+        req = self.requests.get(req_id)
+        if req is None or req.finished:
+            return False
+        self._finish(req, "abort")
+        return True
+
+    def has_unfinished(self) -> bool:
+        return bool(self.scheduler.waiting or self.scheduler.running)
+
+    # ---- the step ---------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        plan = self.scheduler.schedule(self.k)
+        if plan.empty:
+            return self._collect_outputs()
+        proposal = self._propose(plan.decodes)
+        chunks, verify = [], []  # verify: (request, num drafts, first logits row)
+        row = 0
+        for b, (req, _) in enumerate(plan.decodes):
+            n = int(proposal.num_drafts[b]) if proposal is not None else 0
+            drafts = proposal.draft_tokens[b, :n].tolist() if n else []
+            chunks.append(StepChunk([req.tokens[-1]] + drafts, req.num_computed, req.blocks, 1 + n))
+            verify.append((b, req, n, row))
+            row += 1 + n
+        for req, chunk in plan.prefills:
+            done = req.num_computed + chunk == len(req.tokens)
+            chunks.append(StepChunk(req.tokens[req.num_computed:req.num_computed + chunk], req.num_computed,
+                                    req.blocks, 1 if done else 0))
+            if done:
+                verify.append((-1, req, 0, row))
+                row += 1
+            else:
+                req.num_computed += chunk
+        logits = self.runner.run(chunks)  # [rows, V]
+        self.num_steps += 1
+        if verify:
+            self._verify(logits, verify, proposal)
+        for req, chunk in plan.prefills:
+            if req.status is Status.RUNNING:
+                self.scheduler.commit_full_blocks(req)
+        return self._collect_outputs()
+
+    def _propose(self, decodes: list[tuple[Request, int]]) -> Proposal | None:
+        if self.proposer is None or not decodes:
+            return None
+        batch = []
+        for req, max_drafts in decodes:
+            batch.append(DraftInput(req.req_id, req.proposer_synced, req.tokens[req.proposer_synced:], max_drafts,
+                                    req.params.temperature, req.seed, req.num_output))
+            req.proposer_synced = len(req.tokens)
+        return self.proposer.propose(batch)
+
+    def _verify(self, logits: torch.Tensor, verify: list[tuple[int, Request, int, int]],
+                proposal: Proposal | None) -> None:
+        K = max(n for _, _, n, _ in verify)
+        B = len(verify)
+        rows = torch.tensor([[r0 + min(j, n) for j in range(K + 1)] for _, _, n, r0 in verify])
+        target = logits[rows.to(logits.device)]  # [B, K+1, V]
+        drafts = torch.full((B, K), -1, dtype=torch.long)
+        probs = None
+        if K > 0 and proposal is not None:
+            src = torch.tensor([max(b, 0) for b, _, _, _ in verify])
+            has = torch.tensor([b >= 0 for b, _, _, _ in verify])
+            drafts = torch.where(has[:, None], proposal.draft_tokens[src, :K], -1)
+            if proposal.probs is not None:
+                from workers.rejection_sampler import SparseProbs
+
+                probs = SparseProbs(proposal.probs.idx[src, :K], proposal.probs.val[src, :K])
+        num_draft = torch.tensor([n for _, _, n, _ in verify])
+        sampling = BatchSampling.build(
+            [(r.params.temperature, r.params.top_k, r.params.top_p, r.seed, r.num_output) for _, r, _, _ in verify],
+            logits.device)
+        dev = logits.device
+        out, num_acc = rejection_sample(target, drafts.to(dev), num_draft.to(dev),
+                                        None if probs is None else SparseProbs(probs.idx.to(dev), probs.val.to(dev)),
+                                        sampling)
+        out_l, acc_l = out.tolist(), num_acc.tolist()  # the step's one host sync
+        now = time.perf_counter()
+        for (b, req, n, _), toks, a in zip(verify, out_l, acc_l):
+            new = toks[: a + 1]
+            was_decoding = b >= 0
+            req.num_computed = len(req.tokens) if not was_decoding else req.num_computed + 1 + a
+            if was_decoding:
+                req.spec.observe(n, a, len(new))
+                self.spec_stats.observe(n, a, len(new))
+            self._append(req, new, now)
+            if req.status is Status.RUNNING:
+                self.scheduler.commit_full_blocks(req)
+
+    def _append(self, req: Request, new: list[int], now: float) -> None:
+        """Append accepted tokens, honouring EOS / stop ids / max_tokens / context limit / stop strings."""
+        reason = None
+        kept = []
+        for t in new:
+            kept.append(t)
+            if t in req.stop_ids:
+                reason = "stop"
+                break
+            if req.num_output + len(kept) >= req.max_tokens:
+                reason = "length"
+                break
+        req.tokens.extend(kept)
+        if req.first_token_time is None:
+            req.first_token_time = now
+            self.latency.ttft.append(now - req.arrival)
+        elif req.last_token_time is not None:
+            gap = (now - req.last_token_time) / len(kept)
+            req.itl.extend([gap] * len(kept))
+            self.latency.itl.extend([gap] * len(kept))
+        req.last_token_time = now
+        if self._update_text(req):
+            reason = "stop"
+        if reason is not None:
+            self._finish(req, reason)
+
+    def _update_text(self, req: Request) -> bool:
+        out_ids = [t for t in req.output_ids if t not in req.stop_ids]
+        text = self.tokenizer.decode(out_ids, skip_special_tokens=True)
+        for s in req.params.stop:
+            i = text.find(s)
+            if i >= 0:
+                req.text = text[:i]
+                return True
+        req.text = text
+        return False
+
+    def _finish(self, req: Request, reason: str) -> None:
+        req.status = Status.FINISHED
+        req.finish_reason = reason
+        self.scheduler.finish(req)
+        if self.proposer is not None:
+            self.proposer.release(req.req_id)
+
+    def _collect_outputs(self) -> list[RequestOutput]:
+        outs = []
+        for req_id, req in list(self.requests.items()):
+            new_ids = req.output_ids[req.sent_tokens:]
+            text = req.text
+            if not req.finished and text.endswith("\ufffd"):  # an incomplete UTF-8 character: hold it back
+                text = text[: len(text) - 1]
+            delta = text[req.sent_text_len:]
+            if new_ids or delta or req.finished:
+                outs.append(RequestOutput(req_id, new_ids, delta, req.finished, req.finish_reason))
+                req.sent_tokens += len(new_ids)
+                req.sent_text_len += len(delta)
+            if req.finished:
+                del self.requests[req_id]
+                outs[-1].request = req
+        return outs
+
+    # ---- conveniences -----------------------------------------------------------------------------------
+    def generate(self, prompts: list[str | list[int]], params: SamplingParams | list[SamplingParams],
+                 chat: bool = False) -> list[Request]:
+        """Run prompts to completion (offline batch); returns the finished requests in prompt order."""
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        ids = [self.add_request(p, sp, chat=chat) for p, sp in zip(prompts, plist)]
+        done: dict[str, Request] = {}
+        while len(done) < len(ids):
+            for o in self.step():
+                if o.request is not None:
+                    done[o.req_id] = o.request
+        return [done[i] for i in ids]
+
+    def stats(self) -> dict[str, object]:
+        pool = self.runner.pool
+        return {
+            "spec_decode": self.spec_stats.to_dict(),
+            "latency": self.latency.to_dict(),
+            "num_steps": self.num_steps,
+            "kv_blocks_used": pool.num_used,
+            "kv_blocks_total": pool.num_blocks,
+            "prefix_cache_hit_rate": round(pool.hits / pool.queries, 4) if pool.queries else 0.0,
+            "waiting": len(self.scheduler.waiting),
+            "running": len(self.scheduler.running),
+        }

@@ -1,0 +1,141 @@
+"""A compact Llama-family forward over Hugging Face weights, for ragged batches over a paged KV cache.
+
+All tokens of a step (prefill chunks of new requests and 1+n verify positions of decoding requests) are one
+flat `[T, hidden]` batch: every linear layer is one matmul over all of them; only attention looks at the
+per-sequence structure (see `attention.py`). Fused QKV and gate/up projections halve the op count of a layer,
+which is what bounds small-batch decode on CPU (per-op overhead, not bandwidth).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from workers.attention import AttentionMetadata, paged_attention
+
+
+@dataclass(slots=True)
+class LayerWeights:
+    input_norm: torch.Tensor  # [D]
+    qkv: torch.Tensor  # [(H + 2*KVH) * hd, D]
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor  # [D, H * hd]
+    post_norm: torch.Tensor  # [D]
+    gate_up: torch.Tensor  # [2*I, D]
+    down: torch.Tensor  # [D, I]
+
+
+class LlamaForward:
+    """Weights and forward pass; holds no per-request state (the KV cache is passed in)."""
+
+    def __init__(self, hf_model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> None:
+        cfg = hf_model.config
+        self.config = cfg
+        self.device, self.dtype = device, dtype
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.hidden_size = cfg.hidden_size
+        self.vocab_size = cfg.vocab_size
+        self.eps = cfg.rms_norm_eps
+        self.num_layers = cfg.num_hidden_layers
+        if getattr(cfg, "mlp_bias", False):
+            raise ValueError("models with MLP biases are not supported")
+        sd = {k: v.detach() for k, v in hf_model.state_dict().items()}
+
+        def w(name: str) -> torch.Tensor:
+            return sd[name].to(device=device, dtype=dtype).contiguous()
+
+        self.embed = w("model.embed_tokens.weight")
+        self.lm_head = self.embed if "lm_head.weight" not in sd or cfg.tie_word_embeddings else w("lm_head.weight")
+        self.final_norm = w("model.norm.weight")
+        self.layers: list[LayerWeights] = []
+        for i in range(self.num_layers):
+            p = f"model.layers.{i}."
+            a = p + "self_attn."
+            bias = None
+            if a + "q_proj.bias" in sd:
+                bias = torch.cat([w(a + "q_proj.bias"), w(a + "k_proj.bias"), w(a + "v_proj.bias")])
+            self.layers.append(LayerWeights(
+                input_norm=w(p + "input_layernorm.weight"),
+                qkv=torch.cat([w(a + "q_proj.weight"), w(a + "k_proj.weight"), w(a + "v_proj.weight")]),
+                qkv_bias=bias,
+                o=w(a + "o_proj.weight"),
+                post_norm=w(p + "post_attention_layernorm.weight"),
+                gate_up=torch.cat([w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")]),
+                down=w(p + "mlp.down_proj.weight"),
+            ))
+        # Reuse HF's rotary embedding so every rope variant (llama3, yarn, ...) of the config is honoured.
+        self.rotary = hf_model.model.rotary_emb.to(device)
+
+    @classmethod
+    def load(cls, folder: str | Path, device: torch.device, dtype: torch.dtype) -> tuple["LlamaForward", object]:
+        from transformers import AutoModelForCausalLM
+
+        hf = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+        return cls(hf, device, dtype), hf.config
+
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.tensor([], dtype=self.dtype).element_size()
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = self.rotary(self.embed[:1], positions[None])  # [1, T, hd]
+        return cos[0, :, None, :].to(self.dtype), sin[0, :, None, :].to(self.dtype)  # [T, 1, hd]
+
+    @staticmethod
+    def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [T]
+        positions: torch.Tensor,  # [T]
+        kv_cache: "KVCacheTensors",
+        meta: AttentionMetadata,
+        logits_indices: torch.Tensor,  # [N] rows of T whose logits are needed
+        return_hidden: bool = False,
+    ) -> torch.Tensor:  # [N, vocab]
+        T = input_ids.shape[0]
+        H, KVH, hd = self.num_heads, self.num_kv_heads, self.head_dim
+        h = self.embed[input_ids]  # [T, D]
+        cos, sin = self._rope(positions)
+        for i, lw in enumerate(self.layers):
+            x = self._rms(h, lw.input_norm)
+            qkv = F.linear(x, lw.qkv, lw.qkv_bias)
+            q, k, v = qkv.split([H * hd, KVH * hd, KVH * hd], dim=-1)
+            q = self._apply_rope(q.view(T, H, hd), cos, sin)
+            k = self._apply_rope(k.view(T, KVH, hd), cos, sin)
+            kc, vc = kv_cache.key[i], kv_cache.value[i]
+            kc.index_copy_(0, meta.slot_mapping, k)
+            vc.index_copy_(0, meta.slot_mapping, v.view(T, KVH, hd))
+            attn = paged_attention(q, kc, vc, meta)  # [T, H, hd]
+            h = h + F.linear(attn.reshape(T, H * hd), lw.o)
+            x = self._rms(h, lw.post_norm)
+            gate, up = F.linear(x, lw.gate_up).chunk(2, dim=-1)
+            h = h + F.linear(F.silu(gate) * up, lw.down)
+        h = self._rms(h[logits_indices], self.final_norm)
+        if return_hidden:
+            return h
+        return F.linear(h, self.lm_head).float()
+
+
+@dataclass(slots=True)
+class KVCacheTensors:
+    """Per-layer flat KV storage: slot s = block * block_size + offset."""
+
+    key: list[torch.Tensor]  # L x [num_blocks * block_size, KVH, hd]
+    value: list[torch.Tensor]
+
+    @classmethod
+    def allocate(cls, model: LlamaForward, num_blocks: int, block_size: int) -> "KVCacheTensors":
+        shape = (num_blocks * block_size, model.num_kv_heads, model.head_dim)
+        mk = lambda: torch.zeros(shape, dtype=model.dtype, device=model.device)  # noqa: E731
+        return cls([mk() for _ in range(model.num_layers)], [mk() for _ in range(model.num_layers)])

@@ -1,0 +1,89 @@
+"""Spec-decode and latency metrics, with vLLM's definitions (see seed-notes section 2)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class SpecStats:
+    """Counts over verification steps; per request and aggregated the same way."""
+
+    num_drafts: int = 0  # verification steps that verified >= 1 draft token
+    num_draft_tokens: int = 0  # draft tokens verified
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)  # [i]: steps whose drafts 1..i+1 all passed
+    num_emitted_tokens: int = 0  # tokens emitted by decode steps (accepted + recovered/bonus)
+    num_computed_positions: int = 0  # positions the target computed in decode steps (1 + verified drafts)
+
+    def observe(self, num_draft: int, num_accepted: int, num_emitted: int) -> None:
+        self.num_computed_positions += 1 + num_draft
+        self.num_emitted_tokens += num_emitted
+        if num_draft == 0:
+            return
+        self.num_drafts += 1
+        self.num_draft_tokens += num_draft
+        self.num_accepted_tokens += num_accepted
+        if len(self.accepted_per_pos) < num_accepted:
+            self.accepted_per_pos.extend([0] * (num_accepted - len(self.accepted_per_pos)))
+        for i in range(num_accepted):
+            self.accepted_per_pos[i] += 1
+
+    def merge(self, other: "SpecStats") -> None:
+        self.num_drafts += other.num_drafts
+        self.num_draft_tokens += other.num_draft_tokens
+        self.num_accepted_tokens += other.num_accepted_tokens
+        self.num_emitted_tokens += other.num_emitted_tokens
+        self.num_computed_positions += other.num_computed_positions
+        n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
+        a = self.accepted_per_pos + [0] * (n - len(self.accepted_per_pos))
+        for i, v in enumerate(other.accepted_per_pos):
+            a[i] += v
+        self.accepted_per_pos = a
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
+
+    @property
+    def acceptance_per_position(self) -> list[float]:
+        return [a / self.num_drafts for a in self.accepted_per_pos] if self.num_drafts else []
+
+    @property
+    def tokens_per_computed_position(self) -> float:
+        return self.num_emitted_tokens / self.num_computed_positions if self.num_computed_positions else 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "acceptance_rate": round(self.acceptance_rate, 4),
+            "mean_acceptance_length": round(self.mean_acceptance_length, 4),
+            "acceptance_per_position": [round(x, 4) for x in self.acceptance_per_position],
+            "tokens_per_computed_position": round(self.tokens_per_computed_position, 4),
+        }
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+@dataclass(slots=True)
+class LatencyStats:
+    ttft: list[float] = field(default_factory=list)  # seconds, one per request
+    itl: list[float] = field(default_factory=list)  # seconds between consecutive emitted tokens
+
+    def to_dict(self) -> dict[str, float | None]:
+        ms = lambda v: None if v is None else round(v * 1000, 2)  # noqa: E731
+        return {
+            "ttft_p50_ms": ms(percentile(self.ttft, 50)),
+            "ttft_p99_ms": ms(percentile(self.ttft, 99)),
+            "itl_p50_ms": ms(percentile(self.itl, 50)),
+            "itl_p99_ms": ms(percentile(self.itl, 99)),
+        }

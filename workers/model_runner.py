@@ -1,0 +1,65 @@
+"""Runs one ragged step of a model over its paged KV cache: chunks in, logits of the requested rows out."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from workers.attention import SeqSpan, build_metadata
+from workers.block_pool import BlockPool
+from workers.llama import KVCacheTensors, LlamaForward
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class StepChunk:
+    token_ids: list[int]  # tokens computed this step, at positions start_pos..
+    start_pos: int
+    block_table: list[int]  # must cover start_pos + len(token_ids) tokens
+    num_logits: int  # logits wanted for the last num_logits tokens of the chunk (0 = none)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaForward, kv_bytes: int, block_size: int, enable_prefix_caching: bool) -> None:
+        self.model = model
+        self.block_size = block_size
+        num_blocks = max(2, kv_bytes // (model.kv_bytes_per_token() * block_size))
+        self.kv = KVCacheTensors.allocate(model, num_blocks, block_size)
+        self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
+        log.info("KV cache: %d blocks x %d tokens (%.0f MB)", num_blocks, block_size, kv_bytes / 2**20)
+
+    def run(self, chunks: list[StepChunk], return_hidden: bool = False) -> torch.Tensor:
+        """Logits [sum(num_logits), V] in chunk order (or final hidden states with return_hidden)."""
+        dev = self.model.device
+        ids, pos, spans, rows = [], [], [], []
+        t = 0
+        for c in chunks:
+            n = len(c.token_ids)
+            ids.extend(c.token_ids)
+            pos.extend(range(c.start_pos, c.start_pos + n))
+            spans.append(SeqSpan(t, n, c.start_pos, c.block_table))
+            rows.extend(range(t + n - c.num_logits, t + n))
+            t += n
+        meta = build_metadata(spans, self.block_size, dev)
+        return self.model.forward(
+            torch.tensor(ids, dtype=torch.long, device=dev),
+            torch.tensor(pos, dtype=torch.long, device=dev),
+            self.kv,
+            meta,
+            torch.tensor(rows, dtype=torch.long, device=dev),
+            return_hidden=return_hidden,
+        )

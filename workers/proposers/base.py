@@ -1,0 +1,62 @@
+"""The proposer contract: context updates in, draft tokens (+ draft probabilities and features) out.
+
+A proposer keeps its own copy of each request's committed tokens, updated with deltas, so that it can live in
+another process (the cluster runs drafters as separate actors): one batched call per step exchanges token ids
+and compact, exactly sparse probabilities, never whole-vocabulary tensors. Proposers never accept or reject.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from workers.rejection_sampler import SparseProbs
+
+
+@dataclass(slots=True)
+class DraftInput:
+    req_id: str
+    start: int  # the proposer's copy is truncated to this many tokens ...
+    new_tokens: list[int]  # ... then these are appended: it then equals the request's committed tokens
+    max_drafts: int  # how many draft tokens the engine can use for this request (<= k)
+    temperature: float  # 0 = greedy
+    seed: int
+    out_pos: int  # output index the first draft token would take (keys the draft's own randomness)
+
+
+@dataclass(slots=True)
+class Proposal:
+    draft_tokens: torch.Tensor  # [B, K] int64, -1 beyond num_drafts
+    num_drafts: torch.Tensor  # [B] int64
+    probs: SparseProbs | None  # None: deterministic drafts (q is one-hot)
+    features: torch.Tensor | None  # [B, K, F] per-position features for acceptance estimation
+
+    @classmethod
+    def empty(cls, batch: int, k: int) -> "Proposal":
+        return cls(torch.full((batch, k), -1, dtype=torch.long), torch.zeros(batch, dtype=torch.long), None, None)
+
+
+class Proposer(Protocol):
+    k: int
+    feature_names: tuple[str, ...]
+
+    def propose(self, batch: list[DraftInput]) -> Proposal: ...
+
+    def release(self, req_id: str) -> None: ...
+
+
+class TokenMirror:
+    """Per-request copies of committed tokens, kept in step by (start, new_tokens) deltas."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, list[int]] = {}
+
+    def update(self, d: DraftInput) -> list[int]:
+        toks = self.tokens.setdefault(d.req_id, [])
+        del toks[d.start:]
+        toks.extend(d.new_tokens)
+        return toks
+
+    def release(self, req_id: str) -> None:
+        self.tokens.pop(req_id, None)

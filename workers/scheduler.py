@@ -1,0 +1,134 @@
+"""Continuous batching with chunked prefill, a per-step token budget, a cap on running sequences, and
+recompute preemption when KV blocks run short (requests queue, nothing crashes).
+
+Decoding requests go first (each needs 1 + its draft budget tokens); prefill chunks of running then waiting
+requests fill the rest of the token budget. When a decoding request cannot get a block, the most recently
+admitted request is preempted: its blocks are freed (full ones stay in the prefix cache) and it re-enters the
+queue at the front to be recomputed.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from workers.block_pool import BlockPool, NoFreeBlocksError
+from workers.request import Request, Status
+
+
+@dataclass(slots=True)
+class ScheduledStep:
+    decodes: list[tuple[Request, int]] = field(default_factory=list)  # (request, max draft tokens)
+    prefills: list[tuple[Request, int]] = field(default_factory=list)  # (request, chunk length)
+    preempted: list[Request] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.decodes and not self.prefills
+
+
+class Scheduler:
+    def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int) -> None:
+        self.pool = pool
+        self.max_num_seqs = max_num_seqs
+        self.token_budget = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+
+    # ---- block bookkeeping ------------------------------------------------------------------------------
+    def _grow(self, req: Request, num_tokens: int) -> None:
+        need = -(-num_tokens // self.pool.block_size) - len(req.blocks)
+        if need > 0:
+            req.blocks.extend(self.pool.allocate(need))
+
+    def release(self, req: Request) -> None:
+        self.pool.free(req.blocks)
+        req.blocks, req.block_keys = [], []
+
+    def commit_full_blocks(self, req: Request) -> None:
+        """Make this request's newly completed blocks of final tokens findable by later requests."""
+        bs = self.pool.block_size
+        for j in range(len(req.block_keys), req.num_computed // bs):
+            parent = req.block_keys[-1] if req.block_keys else None
+            req.block_keys.append(self.pool.register_full_block(req.blocks[j], parent, req.tokens[j * bs:(j + 1) * bs]))
+
+    def _preempt(self, req: Request) -> None:
+        self.release(req)
+        req.num_computed = 0
+        req.status = Status.WAITING
+        req.num_preemptions += 1
+        self.running.remove(req)
+        self.waiting.appendleft(req)
+
+    # ---- the step plan ----------------------------------------------------------------------------------
+    def schedule(self, k: int) -> ScheduledStep:
+        step = ScheduledStep()
+        budget = self.token_budget
+        for req in list(self.running):
+            if req.status is not Status.RUNNING or not req.is_decoding:
+                continue
+            drafts = max(0, min(k, req.max_tokens - req.num_output - 1,
+                                self.max_model_len - len(req.tokens) - 1, budget - 1))
+            while True:
+                try:
+                    self._grow(req, len(req.tokens) + drafts)
+                    break
+                except NoFreeBlocksError:
+                    victim = self.running[-1]
+                    self._preempt(victim)
+                    step.preempted.append(victim)
+                    if victim is req:
+                        break
+            if req.status is Status.RUNNING:
+                step.decodes.append((req, drafts))
+                budget -= 1 + drafts
+        for req in self.running:  # running requests still prefilling (chunked)
+            if budget <= 0:
+                break
+            if not req.is_decoding and req.num_computed < len(req.tokens):
+                budget -= self._schedule_prefill(req, budget, step)
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            if not self._admit(req):
+                break
+            self.waiting.popleft()
+            req.status = Status.RUNNING
+            self.running.append(req)
+            budget -= self._schedule_prefill(req, budget, step)
+        return step
+
+    def _admit(self, req: Request) -> bool:
+        bs = self.pool.block_size
+        hits = self.pool.lookup_prefix(req.tokens, (len(req.tokens) - 1) // bs)
+        first_chunk = min(len(req.tokens) - len(hits) * bs, self.token_budget)
+        need = -(-(len(hits) * bs + first_chunk) // bs) - len(hits)
+        if need > self.pool.num_free:
+            self.pool.free(hits)
+            return False
+        req.blocks = hits
+        req.num_computed = len(hits) * bs
+        req.num_cached_tokens = max(req.num_cached_tokens, min(req.num_computed, req.num_prompt))
+        req.block_keys = []
+        parent = None
+        for j in range(len(hits)):
+            parent = self.pool.block_key(parent, req.tokens[j * bs:(j + 1) * bs])
+            req.block_keys.append(parent)
+        return True
+
+    def _schedule_prefill(self, req: Request, budget: int, step: ScheduledStep) -> int:
+        chunk = min(len(req.tokens) - req.num_computed, budget)
+        try:
+            self._grow(req, req.num_computed + chunk)
+        except NoFreeBlocksError:
+            chunk = (len(req.blocks) * self.pool.block_size) - req.num_computed  # what already fits
+        if chunk <= 0:
+            return 0
+        step.prefills.append((req, chunk))
+        return chunk
+
+    def finish(self, req: Request) -> None:
+        self.release(req)
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
