@@ -83,7 +83,10 @@ class EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field("smollm2-135m-instruct", description="'smollm2-135m-instruct' or a local HF folder.")
-    dtype: DType = Field("auto", description="auto = float32 on CPU (measured faster there), bfloat16 on CUDA.")
+    dtype: DType = Field("auto", description="auto = bfloat16 on CUDA and on CPUs with AMX/AVX512-BF16, else float32.")
+    batch_invariant: bool = Field(True, description="Compute linear layers in row blocks whose results do not "
+                                  "depend on the batch, so speculation cannot change greedy output (costs "
+                                  "throughput on steps above 32 tokens).")
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
     block_size: int = Field(16, ge=1, le=256, description="Tokens per KV-cache block.")
     kv_cache_memory_gb: float = Field(1.0, gt=0, description="Memory for the KV cache (sizes the block pool).")

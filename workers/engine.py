@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from workers.attention import PREFILL_SEGMENT
 from workers.config import EngineConfig, SamplingParams
 from workers.llama import LlamaForward
 from workers.metrics import LatencyStats, SpecStats
@@ -54,13 +55,13 @@ class LLMEngine:
         folder = resolve_model(config.model)
         device = pick_device(config.device)
         dtype = pick_dtype(config.dtype, device)
-        self.model, hf_config = LlamaForward.load(folder, device, dtype)
+        self.model, hf_config = LlamaForward.load(folder, device, dtype, config.batch_invariant)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.max_model_len = min(config.max_model_len or 10**9, hf_config.max_position_embeddings)
         self.runner = ModelRunner(self.model, int(config.kv_cache_memory_gb * 2**30), config.block_size,
                                   config.enable_prefix_caching)
         self.scheduler = Scheduler(self.runner.pool, config.max_num_seqs, config.max_num_batched_tokens,
-                                   self.max_model_len)
+                                   self.max_model_len, PREFILL_SEGMENT if config.batch_invariant else 1)
         self.proposer = proposer if proposer is not None else self._build_proposer(device, dtype)
         self.k = self.proposer.k if self.proposer is not None else 0
         eos = hf_config.eos_token_id
@@ -81,7 +82,7 @@ class LLMEngine:
         if spec.method == "draft":
             from workers.proposers.draft_model import DraftModelProposer
 
-            draft, _ = LlamaForward.load(resolve_model(spec.draft_model), device, dtype)
+            draft, _ = LlamaForward.load(resolve_model(spec.draft_model), device, dtype, self.config.batch_invariant)
             if draft.vocab_size != self.model.vocab_size:
                 raise ValueError(f"draft vocabulary {draft.vocab_size} != target vocabulary {self.model.vocab_size}")
             kv = int(self.config.kv_cache_memory_gb * 2**30 // 4)

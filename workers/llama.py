@@ -15,6 +15,9 @@ import torch.nn.functional as F
 
 from workers.attention import AttentionMetadata, paged_attention
 
+# Measured on this CPU (bf16, AMX): F.linear gives bit-identical rows for any M <= 32; above, other kernels.
+INVARIANT_ROWS = 32
+
 
 @dataclass(slots=True)
 class LayerWeights:
@@ -30,8 +33,10 @@ class LayerWeights:
 class LlamaForward:
     """Weights and forward pass; holds no per-request state (the KV cache is passed in)."""
 
-    def __init__(self, hf_model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(self, hf_model: torch.nn.Module, device: torch.device, dtype: torch.dtype,
+                 batch_invariant: bool = True) -> None:
         cfg = hf_model.config
+        self.batch_invariant = batch_invariant
         self.config = cfg
         self.device, self.dtype = device, dtype
         self.num_heads = cfg.num_attention_heads
@@ -71,11 +76,19 @@ class LlamaForward:
         self.rotary = hf_model.model.rotary_emb.to(device)
 
     @classmethod
-    def load(cls, folder: str | Path, device: torch.device, dtype: torch.dtype) -> tuple["LlamaForward", object]:
+    def load(cls, folder: str | Path, device: torch.device, dtype: torch.dtype,
+             batch_invariant: bool = True) -> tuple["LlamaForward", object]:
         from transformers import AutoModelForCausalLM
 
         hf = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
-        return cls(hf, device, dtype), hf.config
+        return cls(hf, device, dtype, batch_invariant), hf.config
+
+    def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        """x @ w.T; with batch_invariant, row blocks of <= INVARIANT_ROWS so that a row's result does not
+        depend on how many rows share the step (the CPU GEMM picks another kernel above 32 rows)."""
+        if not self.batch_invariant or x.shape[0] <= INVARIANT_ROWS:
+            return F.linear(x, w, b)
+        return torch.cat([F.linear(c, w, b) for c in x.split(INVARIANT_ROWS)])
 
     def kv_bytes_per_token(self) -> int:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.tensor([], dtype=self.dtype).element_size()
@@ -109,7 +122,7 @@ class LlamaForward:
         cos, sin = self._rope(positions)
         for i, lw in enumerate(self.layers):
             x = self._rms(h, lw.input_norm)
-            qkv = F.linear(x, lw.qkv, lw.qkv_bias)
+            qkv = self._linear(x, lw.qkv, lw.qkv_bias)
             q, k, v = qkv.split([H * hd, KVH * hd, KVH * hd], dim=-1)
             q = self._apply_rope(q.view(T, H, hd), cos, sin)
             k = self._apply_rope(k.view(T, KVH, hd), cos, sin)
@@ -117,14 +130,14 @@ class LlamaForward:
             kc.index_copy_(0, meta.slot_mapping, k)
             vc.index_copy_(0, meta.slot_mapping, v.view(T, KVH, hd))
             attn = paged_attention(q, kc, vc, meta)  # [T, H, hd]
-            h = h + F.linear(attn.reshape(T, H * hd), lw.o)
+            h = h + self._linear(attn.reshape(T, H * hd), lw.o)
             x = self._rms(h, lw.post_norm)
-            gate, up = F.linear(x, lw.gate_up).chunk(2, dim=-1)
-            h = h + F.linear(F.silu(gate) * up, lw.down)
+            gate, up = self._linear(x, lw.gate_up).chunk(2, dim=-1)
+            h = h + self._linear(F.silu(gate) * up, lw.down)
         h = self._rms(h[logits_indices], self.final_norm)
         if return_hidden:
             return h
-        return F.linear(h, self.lm_head).float()
+        return self._linear(h, self.lm_head).float()
 
 
 @dataclass(slots=True)

