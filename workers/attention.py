@@ -28,6 +28,12 @@ def q_tile_for(num_heads: int, num_kv_heads: int) -> int:
     return max(1, MAX_TILE_ROWS // (num_heads // num_kv_heads))
 
 
+def fixed_tile_needed(dtype: torch.dtype) -> bool:
+    """bf16/fp16 GEMMs give identical rows for every M <= 32 (measured), so the tile can shrink to the
+    group's longest query; fp32 GEMMs switch kernels at M = 2 and 4, so fp32 pads to the fixed tile."""
+    return dtype == torch.float32
+
+
 @dataclass(slots=True)
 class SeqSpan:
     """One sequence's slice of a step."""
@@ -55,7 +61,7 @@ class TiledGroup:
     valid: torch.Tensor  # [B, q_tile] bool
     flat_rows: torch.Tensor  # [n_valid] rows of T, in valid order
     kv_index: torch.Tensor  # [B, Lp] slots (padding -> 0), Lp a multiple of KEY_BLOCK
-    bias: torch.Tensor  # [B, 1, nb, G * q_tile, KEY_BLOCK] float32: 0 or -inf
+    bias: torch.Tensor  # [B, nb, G * q_tile, KEY_BLOCK] float32: 0 or -inf
 
 
 @dataclass(slots=True)
@@ -79,7 +85,7 @@ def _split_segments(s: SeqSpan) -> list[SeqSpan]:
 
 
 def build_metadata(spans: list[SeqSpan], block_size: int, device: torch.device, q_tile: int,
-                   group_size: int) -> AttentionMetadata:
+                   group_size: int, fixed_tile: bool) -> AttentionMetadata:
     slot_parts, segments, small = [], [], []
     for s in spans:
         bt = torch.tensor(s.block_table, dtype=torch.long)
@@ -93,6 +99,8 @@ def build_metadata(spans: list[SeqSpan], block_size: int, device: torch.device, 
             mask = None if seg.start_pos == 0 else (torch.arange(seg.context_len)[None, :] <= pos[:, None]).to(device)
             segments.append(Segment(slice(seg.query_start, seg.query_start + seg.query_len), kv.to(device), mask))
     slot_mapping = torch.cat(slot_parts).to(device)
+    if small and not fixed_tile:
+        q_tile = max(s.query_len for s, _ in small)
     return AttentionMetadata(slot_mapping, _tiled_group(small, block_size, device, q_tile, group_size), segments)
 
 
@@ -116,7 +124,7 @@ def _tiled_group(small: list[tuple[SeqSpan, torch.Tensor]], block_size: int, dev
     allowed = keys[None, None, :] <= (start[:, None] + j[None, :])[:, :, None]  # causal => also < context_len
     allowed[..., 0] |= ~valid  # padding rows see key 0 only: no NaN, output discarded
     bias = torch.zeros(B, q_tile, lp).masked_fill_(~allowed, float("-inf"))
-    bias = bias.view(B, q_tile, nb, KEY_BLOCK).transpose(1, 2).repeat(1, 1, group_size, 1)[:, None]
+    bias = bias.view(B, q_tile, nb, KEY_BLOCK).transpose(1, 2).repeat(1, 1, group_size, 1)
     return TiledGroup(q_index.to(device), valid.to(device), q_index[valid].to(device), kv_index.to(device),
                       bias.contiguous().to(device))
 
@@ -125,22 +133,26 @@ def _tiled_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torc
                      g: TiledGroup) -> torch.Tensor:  # -> [n_valid, H, hd]
     B, qt = g.q_index.shape
     _, H, D = q.shape
-    KVH = key_cache.shape[1]
+    KVH = key_cache.shape[0]
+    G = H // KVH
     nb = g.kv_index.shape[1] // KEY_BLOCK
-    qg = q[g.q_index].transpose(1, 2).reshape(B, KVH, 1, H // KVH * qt, D)  # heads of a KV group stacked
-    k = key_cache[g.kv_index].transpose(1, 2).reshape(B, KVH, nb, KEY_BLOCK, D)
-    v = value_cache[g.kv_index].transpose(1, 2).reshape(B, KVH, nb, KEY_BLOCK, D)
-    s = torch.matmul(qg, k.transpose(-1, -2)).float().mul_(D ** -0.5).add_(g.bias)  # [B, KVH, nb, G*qt, KB]
+    # [KVH, B, 1, G*qt, D]: the query rows of one KV group, stacked
+    qg = q[g.q_index].view(B, qt, KVH, G, D).permute(2, 0, 3, 1, 4).reshape(KVH, B, 1, G * qt, D)
+    flat = g.kv_index.view(-1)
+    k = key_cache.index_select(1, flat).view(KVH, B, nb, KEY_BLOCK, D)  # head-major cache: no transpose
+    v = value_cache.index_select(1, flat).view(KVH, B, nb, KEY_BLOCK, D)
+    s = torch.matmul(qg, k.transpose(-1, -2)).float().mul_(D ** -0.5).add_(g.bias)  # [KVH, B, nb, G*qt, KB]
     e = s.sub_(s.amax(dim=(2, 4), keepdim=True)).exp_()
-    denom = e.sum(-1, keepdim=True).sum(2)  # per block, then across blocks: [B, KVH, G*qt, 1]
-    o = torch.matmul(e.to(q.dtype), v).float().sum(2).div_(denom)  # [B, KVH, G*qt, D]
-    return o.to(q.dtype).view(B, H, qt, D).transpose(1, 2)[g.valid]
+    denom = e.sum(-1, keepdim=True).sum(2)  # per block, then across blocks: [KVH, B, G*qt, 1]
+    o = torch.matmul(e.to(q.dtype), v).float().sum(2).div_(denom)  # [KVH, B, G*qt, D]
+    o = o.to(q.dtype).view(KVH, B, G, qt, D).permute(1, 3, 0, 2, 4).reshape(B, qt, H, D)
+    return o[g.valid]
 
 
 def paged_attention(
     q: torch.Tensor,  # [T, H, hd]
-    key_cache: torch.Tensor,  # [slots, KVH, hd]
-    value_cache: torch.Tensor,  # [slots, KVH, hd]
+    key_cache: torch.Tensor,  # [KVH, slots, hd] (head-major: a gather yields attention's layout directly)
+    value_cache: torch.Tensor,  # [KVH, slots, hd]
     meta: AttentionMetadata,
 ) -> torch.Tensor:  # [T, H, hd]
     out = torch.empty_like(q)
@@ -148,8 +160,8 @@ def paged_attention(
         out[meta.tiled.flat_rows] = _tiled_attention(q, key_cache, value_cache, meta.tiled)
     for p in meta.segments:
         qp = q[p.rows].transpose(0, 1)[None]  # [1, H, q, hd]
-        kp = key_cache[p.kv_index].transpose(0, 1)[None]
-        vp = value_cache[p.kv_index].transpose(0, 1)[None]
+        kp = key_cache.index_select(1, p.kv_index)[None]  # [1, KVH, ctx, hd]
+        vp = value_cache.index_select(1, p.kv_index)[None]
         o = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, enable_gqa=True)
         out[p.rows] = o[0].transpose(0, 1)
     return out

@@ -127,8 +127,8 @@ class LlamaForward:
             q = self._apply_rope(q.view(T, H, hd), cos, sin)
             k = self._apply_rope(k.view(T, KVH, hd), cos, sin)
             kc, vc = kv_cache.key[i], kv_cache.value[i]
-            kc.index_copy_(0, meta.slot_mapping, k)
-            vc.index_copy_(0, meta.slot_mapping, v.view(T, KVH, hd))
+            kc.index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
+            vc.index_copy_(1, meta.slot_mapping, v.view(T, KVH, hd).transpose(0, 1))
             attn = paged_attention(q, kc, vc, meta)  # [T, H, hd]
             h = h + self._linear(attn.reshape(T, H * hd), lw.o)
             x = self._rms(h, lw.post_norm)
@@ -142,13 +142,13 @@ class LlamaForward:
 
 @dataclass(slots=True)
 class KVCacheTensors:
-    """Per-layer flat KV storage: slot s = block * block_size + offset."""
+    """Per-layer KV storage, head-major: [KVH, slot, hd] with slot = block * block_size + offset."""
 
-    key: list[torch.Tensor]  # L x [num_blocks * block_size, KVH, hd]
+    key: list[torch.Tensor]  # L x [KVH, num_blocks * block_size, hd]
     value: list[torch.Tensor]
 
     @classmethod
     def allocate(cls, model: LlamaForward, num_blocks: int, block_size: int) -> "KVCacheTensors":
-        shape = (num_blocks * block_size, model.num_kv_heads, model.head_dim)
+        shape = (model.num_kv_heads, num_blocks * block_size, model.head_dim)
         mk = lambda: torch.zeros(shape, dtype=model.dtype, device=model.device)  # noqa: E731
         return cls([mk() for _ in range(model.num_layers)], [mk() for _ in range(model.num_layers)])

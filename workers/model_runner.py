@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workers.attention import SeqSpan, build_metadata, q_tile_for
+from workers.attention import SeqSpan, build_metadata, fixed_tile_needed, q_tile_for
 from workers.block_pool import BlockPool
 from workers.llama import KVCacheTensors, LlamaForward
 
@@ -66,7 +66,8 @@ class ModelRunner:
             spans.append(SeqSpan(t, n, c.start_pos, c.block_table))
             rows.extend(range(t + n - c.num_logits, t + n))
             t += n
-        meta = build_metadata(spans, self.block_size, dev, self.q_tile, self.group_size)
+        meta = build_metadata(spans, self.block_size, dev, self.q_tile, self.group_size,
+                              fixed_tile_needed(self.model.dtype))
         return self.model.forward(
             torch.tensor(ids, dtype=torch.long, device=dev),
             torch.tensor(pos, dtype=torch.long, device=dev),
