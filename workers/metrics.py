@@ -14,6 +14,7 @@ class SpecStats:
     num_draft_tokens: int = 0  # draft tokens verified
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)  # [i]: steps whose drafts 1..i+1 all passed
+    verified_per_pos: list[int] = field(default_factory=list)  # [i]: steps that verified draft i+1
     num_emitted_tokens: int = 0  # tokens emitted by decode steps (accepted + recovered/bonus)
     num_computed_positions: int = 0  # positions the target computed in decode steps (1 + verified drafts)
 
@@ -25,8 +26,12 @@ class SpecStats:
         self.num_drafts += 1
         self.num_draft_tokens += num_draft
         self.num_accepted_tokens += num_accepted
-        if len(self.accepted_per_pos) < num_accepted:
-            self.accepted_per_pos.extend([0] * (num_accepted - len(self.accepted_per_pos)))
+        if len(self.verified_per_pos) < num_draft:
+            grow = num_draft - len(self.verified_per_pos)
+            self.verified_per_pos.extend([0] * grow)
+            self.accepted_per_pos.extend([0] * grow)
+        for i in range(num_draft):
+            self.verified_per_pos[i] += 1
         for i in range(num_accepted):
             self.accepted_per_pos[i] += 1
 
@@ -36,11 +41,8 @@ class SpecStats:
         self.num_accepted_tokens += other.num_accepted_tokens
         self.num_emitted_tokens += other.num_emitted_tokens
         self.num_computed_positions += other.num_computed_positions
-        n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
-        a = self.accepted_per_pos + [0] * (n - len(self.accepted_per_pos))
-        for i, v in enumerate(other.accepted_per_pos):
-            a[i] += v
-        self.accepted_per_pos = a
+        self.accepted_per_pos = _add_lists(self.accepted_per_pos, other.accepted_per_pos)
+        self.verified_per_pos = _add_lists(self.verified_per_pos, other.verified_per_pos)
 
     @property
     def acceptance_rate(self) -> float:
@@ -52,7 +54,9 @@ class SpecStats:
 
     @property
     def acceptance_per_position(self) -> list[float]:
-        return [a / self.num_drafts for a in self.accepted_per_pos] if self.num_drafts else []
+        """[i]: among steps that verified draft i+1, the fraction where drafts 1..i+1 were all accepted
+        (vLLM's definition when every step verifies k drafts; exact when verify lengths vary)."""
+        return [a / v for a, v in zip(self.accepted_per_pos, self.verified_per_pos)]
 
     @property
     def tokens_per_computed_position(self) -> float:
@@ -68,6 +72,11 @@ class SpecStats:
             "acceptance_per_position": [round(x, 4) for x in self.acceptance_per_position],
             "tokens_per_computed_position": round(self.tokens_per_computed_position, 4),
         }
+
+
+def _add_lists(a: list[int], b: list[int]) -> list[int]:
+    n = max(len(a), len(b))
+    return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
 
 
 def percentile(values: list[float], q: float) -> float | None:

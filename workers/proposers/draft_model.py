@@ -38,7 +38,7 @@ class DraftModelProposer:
     feature_names = ("top1_prob", "margin", "entropy")
 
     def __init__(self, runner: ModelRunner, k: int, top_s: int = 32) -> None:
-        self.runner, self.k, self.top_s = runner, k, top_s
+        self.runner, self.k, self.top_s = runner, k, min(top_s, runner.model.vocab_size)
         self._mirror = TokenMirror()
         self._state: dict[str, _DraftState] = {}
 

@@ -1,0 +1,47 @@
+"""Shared fixtures: tiny random Llama models (fast, exact mechanics) and the embedded default (real)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def make_tiny_llama(folder: Path, seed: int, vocab: int = 16, layers: int = 2, hidden: int = 64,
+                    max_pos: int = 4096) -> Path:
+    """A random Llama with the default model's tokenizer (ids < vocab decode to special tokens)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from workers.model_store import resolve_model
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_pos,
+                      bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # sharper logits than the default init, so distributions are not near-uniform
+        model.model.embed_tokens.weight.mul_(3)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(str(resolve_model(None))).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny_target"), seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Deliberately different from tiny_target (another seed, one layer)."""
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny_draft"), seed=2, layers=1)
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> Path:
+    from workers.model_store import resolve_model
+
+    return resolve_model(None)

@@ -1,0 +1,115 @@
+"""Engine mechanics on tiny random models: losslessness, KV accounting, scheduling, errors."""
+import pytest
+from pydantic import ValidationError
+
+from workers.config import EngineConfig, SamplingParams, SpecConfig
+from workers.engine import InvalidRequestError, LLMEngine
+
+
+def _engine(model, spec=None, **kw):
+    return LLMEngine(EngineConfig(model=str(model), spec=spec or SpecConfig(), **kw))
+
+
+PROMPTS = [[1, 5, 6, 7, 5, 6, 7, 5, 6], [3, 4], [9, 10, 11, 12, 13, 14, 15, 9, 10, 11] * 5, [7] * 40]
+
+
+def _greedy(n=24):
+    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+
+
+def test_greedy_with_speculation_equals_without(tiny_target, tiny_draft):
+    base = [r.output_ids for r in _engine(tiny_target).generate(PROMPTS, _greedy())]
+    for spec in (SpecConfig(method="ngram", k=4), SpecConfig(method="ngram", k=8, ngram_min=2),
+                 SpecConfig(method="draft", k=3, draft_model=str(tiny_draft)),
+                 SpecConfig(method="draft", k=5, draft_model=str(tiny_target))):
+        eng = _engine(tiny_target, spec)
+        assert [r.output_ids for r in eng.generate(PROMPTS, _greedy())] == base, spec
+        assert eng.spec_stats.num_drafts > 0
+        assert eng.runner.pool.num_used == 0
+
+
+def test_identical_draft_accepts_everything(tiny_target):
+    eng = _engine(tiny_target, SpecConfig(method="draft", k=4, draft_model=str(tiny_target)))
+    eng.generate(PROMPTS, _greedy(30))
+    s = eng.spec_stats
+    assert s.acceptance_rate == 1.0
+    assert s.acceptance_per_position == [1.0] * len(s.acceptance_per_position)
+    assert s.mean_acceptance_length > 4.0  # capped only where max_tokens truncates the last drafts
+
+
+def test_seeded_sampling_is_reproducible_and_batch_independent(tiny_target):
+    sp = SamplingParams(max_tokens=16, temperature=1.0, seed=1234, ignore_eos=True)
+    alone = _engine(tiny_target).generate([PROMPTS[0]], sp)[0].output_ids
+    crowd = _engine(tiny_target).generate(PROMPTS, [sp] + [SamplingParams(max_tokens=16, seed=i) for i in range(3)])
+    assert crowd[0].output_ids == alone
+    other = _engine(tiny_target).generate([PROMPTS[0]], sp.model_copy(update={"seed": 99}))[0].output_ids
+    assert other != alone
+
+
+def test_max_tokens_stop_ids_and_finish_reasons(tiny_target):
+    eng = _engine(tiny_target)
+    r = eng.generate([PROMPTS[0]], _greedy(5))[0]
+    assert r.num_output == 5 and r.finish_reason == "length"
+    first = r.output_ids[0]
+    r2 = eng.generate([PROMPTS[0]], SamplingParams(max_tokens=5, temperature=0, stop_token_ids=[first]))[0]
+    assert r2.output_ids == [first] and r2.finish_reason == "stop"
+
+
+def test_abort_frees_blocks_and_others_continue(tiny_target):
+    eng = _engine(tiny_target, SpecConfig(method="ngram", k=4))
+    a = eng.add_request(PROMPTS[2], _greedy(50))
+    b = eng.add_request(PROMPTS[3], _greedy(20))
+    eng.step()
+    eng.step()
+    assert eng.abort(a)
+    outs = []
+    while eng.has_unfinished():
+        outs += eng.step()
+    outs += eng.step()
+    done = {o.req_id: o for o in outs if o.finished}
+    assert done[b].finish_reason == "length" and done[b].request.num_output == 20
+    assert eng.runner.pool.num_used == 0
+    assert not eng.abort(a)  # already gone
+
+
+def test_bad_input_is_a_clear_error_and_engine_keeps_serving(tiny_target):
+    eng = _engine(tiny_target, max_model_len=64)
+    ok = eng.add_request(PROMPTS[0], _greedy(8))
+    with pytest.raises(InvalidRequestError, match="empty"):
+        eng.add_request([], _greedy())
+    with pytest.raises(InvalidRequestError, match="context"):
+        eng.add_request([5] * 64, _greedy())
+    with pytest.raises(InvalidRequestError, match="token ids"):
+        eng.add_request([99999], _greedy())
+    for bad in ({"temperature": -1}, {"top_p": 0}, {"temperature": float("nan")}, {"max_tokens": 0},
+                {"top_k": -2}, {"stop": [""]}, {"stop": ["x"] * 1000}, {"bogus": 1}):
+        with pytest.raises(ValidationError):
+            SamplingParams(**bad)
+    done = []
+    while eng.has_unfinished():
+        done += [o for o in eng.step() if o.finished]
+    assert [o.req_id for o in done] == [ok] and done[0].request.num_output == 8
+
+
+def test_queues_and_preempts_when_kv_runs_short(tiny_target):
+    # 20 blocks of 16 tokens (256 B of bf16 KV per token): 6 requests x (50 prompt + 60 output) need 42
+    eng = _engine(tiny_target, SpecConfig(method="ngram", k=4), kv_cache_memory_gb=20 * 16 * 256 / 2**30)
+    assert eng.runner.pool.num_blocks == 20
+    prompts = [PROMPTS[2]] * 6
+    base = [r.output_ids for r in _engine(tiny_target).generate(prompts, _greedy(60))]
+    res = eng.generate(prompts, _greedy(60))
+    assert [r.output_ids for r in res] == base
+    assert sum(r.num_preemptions for r in res) > 0
+    assert eng.runner.pool.num_used == 0
+
+
+def test_prefix_cache_reuses_turn_one_and_keeps_outputs(tiny_target):
+    turn1 = [(i * 7) % 13 + 3 for i in range(300)]
+    eng = _engine(tiny_target)
+    r1 = eng.generate([turn1], _greedy(8))[0]
+    turn2 = turn1 + r1.output_ids + [4, 5, 6, 7]
+    r2 = eng.generate([turn2], _greedy(8))[0]
+    assert r2.num_cached_tokens >= 256  # whole 128-token segments of turn 1 were not prefilled again
+    cold = _engine(tiny_target, enable_prefix_caching=False).generate([turn2], _greedy(8))[0]
+    assert cold.num_cached_tokens == 0
+    assert r2.output_ids == cold.output_ids
