@@ -1,0 +1,148 @@
+"""Offline closed-loop benchmark: our engine side by side with Hugging Face `generate` in one run.
+
+Closed loop: `concurrency` requests are in flight at all times until the prompt list is done; every request
+generates exactly `max_tokens` tokens (greedy, EOS ignored), so the configurations do the same work.
+HF `generate` has no continuous batching: it runs static batches of `concurrency` prompts (left-padded);
+its prompt lookup (assisted generation) only supports batch size 1, so it runs one request at a time.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from workers.config import EngineConfig, SamplingParams, SpecConfig
+from workers.engine import LLMEngine
+from workers.metrics import LatencyStats, SpecStats
+from workers.workloads import repetitive_prompts, sharegpt_prompts
+
+
+@dataclass
+class BenchRow:
+    engine: str  # specfleet | hf
+    mode: str  # off | ngram | draft
+    k: int
+    drafter: str | None
+    workload: str
+    concurrency: int
+    num_requests: int
+    output_tokens: int
+    seconds: float
+    output_tokens_per_s: float
+    mean_acceptance_length: float | None = None
+    acceptance_per_position: list[float] | None = None
+    tokens_per_computed_position: float | None = None
+    ttft_p50_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    note: str = ""
+
+
+def workload_prompts(name: str, n: int, seed: int) -> list[str]:
+    return {"sharegpt": sharegpt_prompts, "repetitive": repetitive_prompts}[name](n, seed=seed)
+
+
+def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_tokens: int) -> dict:
+    engine.spec_stats, engine.latency = SpecStats(), LatencyStats()
+    engine.runner.pool.reset_prefix_cache()
+    sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    todo = list(prompts)
+    inflight, out_tokens = 0, 0
+    t0 = time.perf_counter()
+    while todo or inflight:
+        while todo and inflight < concurrency:
+            engine.add_request(todo.pop(0), sp)
+            inflight += 1
+        for o in engine.step():
+            out_tokens += len(o.new_token_ids)
+            inflight -= o.finished
+    dt = time.perf_counter() - t0
+    s, lat = engine.spec_stats, engine.latency.to_dict()
+    spec = engine.proposer is not None
+    return dict(output_tokens=out_tokens, seconds=dt, output_tokens_per_s=out_tokens / dt,
+                mean_acceptance_length=round(s.mean_acceptance_length, 4) if spec else None,
+                acceptance_per_position=[round(x, 4) for x in s.acceptance_per_position] if spec else None,
+                tokens_per_computed_position=round(s.tokens_per_computed_position, 4),
+                ttft_p50_ms=lat["ttft_p50_ms"], itl_p50_ms=lat["itl_p50_ms"], itl_p99_ms=lat["itl_p99_ms"])
+
+
+def run_hf(model, tok, prompts: list[list[int]], concurrency: int, max_tokens: int, lookup_k: int = 0) -> dict:
+    out_tokens = 0
+    batch = 1 if lookup_k else concurrency
+    t0 = time.perf_counter()
+    for i in range(0, len(prompts), batch):
+        chunk = prompts[i:i + batch]
+        width = max(map(len, chunk))
+        ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in chunk])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+        kw = dict(prompt_lookup_num_tokens=lookup_k) if lookup_k else {}
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens,
+                                 min_new_tokens=max_tokens, do_sample=False, pad_token_id=tok.pad_token_id, **kw)
+        out_tokens += (out.shape[1] - width) * len(chunk)
+    dt = time.perf_counter() - t0
+    return dict(output_tokens=out_tokens, seconds=dt, output_tokens_per_s=out_tokens / dt)
+
+
+def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
+              peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None) -> list[BenchRow]:
+    from transformers import AutoModelForCausalLM
+
+    engines = {m: LLMEngine(EngineConfig(dtype=dtype, spec=SpecConfig(method=m, k=k) if m != "off" else SpecConfig()))
+               for m in modes}
+    any_engine = next(iter(engines.values()))
+    tok = any_engine.tokenizer
+    hf = None
+    if peers:
+        from workers.model_store import resolve_model
+
+        hf = AutoModelForCausalLM.from_pretrained(str(resolve_model(None)), dtype=any_engine.model.dtype).eval()
+    plan = [(w, c) for w in workloads for c in concurrencies]
+    rows: list[BenchRow] = []
+    total = len(plan) * (len(modes) + len(peers))
+    with tqdm(total=total, desc="bench", unit="config") as bar:
+        for w, c in plan:
+            texts = workload_prompts(w, max(prompts_per_slot * c, 4), seed)
+            prompts = [any_engine.encode_prompt(t, chat=True) for t in texts]
+            for m, eng in engines.items():
+                run_ours(eng, prompts[:2], 2, 4)  # warm-up
+                r = run_ours(eng, prompts, c, max_tokens)
+                rows.append(BenchRow("specfleet", m, k if m != "off" else 0, None, w, c, len(prompts), **r))
+                bar.set_postfix_str(f"{w} c={c} ours-{m}: {r['output_tokens_per_s']:.1f} tok/s")
+                bar.update()
+            for p in peers:
+                lookup = k if p == "hf-pld" else 0
+                if lookup and c > 1:  # batch-1 only: the c=1 figure applies to every concurrency
+                    prev = next(x for x in rows if x.engine == "hf" and x.mode == "ngram" and x.workload == w
+                                and x.concurrency == min(concurrencies))
+                    rows.append(BenchRow(**{**asdict(prev), "concurrency": c,
+                                            "note": "HF assisted generation runs batch 1 only; measured at c=1"}))
+                else:
+                    r = run_hf(hf, tok, prompts if not lookup else prompts[:max(4, prompts_per_slot)], c, max_tokens,
+                               lookup)
+                    rows.append(BenchRow("hf", "ngram" if lookup else "off", lookup, None, w, c,
+                                         len(prompts) if not lookup else max(4, prompts_per_slot), **r))
+                bar.set_postfix_str(f"{w} c={c} {p}: {rows[-1].output_tokens_per_s:.1f} tok/s")
+                bar.update()
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"dtype": str(any_engine.model.dtype), "threads": torch.get_num_threads(), "torch": torch.__version__,
+                "machine": platform.machine(), "processor": platform.processor(), "max_tokens": max_tokens,
+                "seed": seed, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        out.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
+    return rows
+
+
+def format_table(rows: list[BenchRow]) -> str:
+    lines = ["| workload | c | engine | mode | k | tok/s | mean acc. len | TTFT p50 ms | ITL p50 ms | ITL p99 ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda v, d=1: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
+    for r in rows:
+        lines.append(f"| {r.workload} | {r.concurrency} | {r.engine} | {r.mode} | {r.k} | {r.output_tokens_per_s:.1f} "
+                     f"| {f(r.mean_acceptance_length, 2)} | {f(r.ttft_p50_ms)} | {f(r.itl_p50_ms)} | {f(r.itl_p99_ms)} |")
+    return "\n".join(lines)
