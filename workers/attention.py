@@ -62,6 +62,7 @@ class TiledGroup:
     flat_rows: torch.Tensor  # [n_valid] rows of T, in valid order
     kv_index: torch.Tensor  # [B, Lp] slots (padding -> 0), Lp a multiple of KEY_BLOCK
     bias: torch.Tensor  # [B, nb, G * q_tile, KEY_BLOCK] float32: 0 or -inf
+    dense: bool  # every row valid and rows in order: T == B * q_tile (pure decode/verify steps)
 
 
 @dataclass(slots=True)
@@ -125,43 +126,44 @@ def _tiled_group(small: list[tuple[SeqSpan, torch.Tensor]], block_size: int, dev
     allowed[..., 0] |= ~valid  # padding rows see key 0 only: no NaN, output discarded
     bias = torch.zeros(B, q_tile, lp).masked_fill_(~allowed, float("-inf"))
     bias = bias.view(B, q_tile, nb, KEY_BLOCK).transpose(1, 2).repeat(1, 1, group_size, 1)
+    dense = bool(valid.all()) and torch.equal(q_index.view(-1), torch.arange(B * q_tile))
     return TiledGroup(q_index.to(device), valid.to(device), q_index[valid].to(device), kv_index.to(device),
-                      bias.contiguous().to(device))
+                      bias.contiguous().to(device), dense)
 
 
-def _tiled_attention(q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                     g: TiledGroup) -> torch.Tensor:  # -> [n_valid, H, hd]
+def _tiled_attention(q: torch.Tensor, kv_cache: torch.Tensor, g: TiledGroup) -> torch.Tensor:
+    """-> [B * q_tile, H, hd] (rows of padding included; `g.valid` selects the real ones)."""
     B, qt = g.q_index.shape
     _, H, D = q.shape
-    KVH = key_cache.shape[0]
+    KVH = kv_cache.shape[1]
     G = H // KVH
     nb = g.kv_index.shape[1] // KEY_BLOCK
-    # [KVH, B, 1, G*qt, D]: the query rows of one KV group, stacked
-    qg = q[g.q_index].view(B, qt, KVH, G, D).permute(2, 0, 3, 1, 4).reshape(KVH, B, 1, G * qt, D)
-    flat = g.kv_index.view(-1)
-    k = key_cache.index_select(1, flat).view(KVH, B, nb, KEY_BLOCK, D)  # head-major cache: no transpose
-    v = value_cache.index_select(1, flat).view(KVH, B, nb, KEY_BLOCK, D)
-    s = torch.matmul(qg, k.transpose(-1, -2)).float().mul_(D ** -0.5).add_(g.bias)  # [KVH, B, nb, G*qt, KB]
+    q = q[: B * qt].view(B, qt, H, D) if g.dense else q[g.q_index]
+    qg = q.view(B, qt, KVH, G, D).permute(2, 0, 3, 1, 4).reshape(KVH, B, 1, G * qt, D)  # a KV group's rows
+    kv = kv_cache.index_select(2, g.kv_index.view(-1)).view(2, KVH, B, nb, KEY_BLOCK, D)  # head-major: no copy
+    # q is pre-scaled by hd**-0.5 (folded into the q projection at load)
+    s = torch.matmul(qg, kv[0].transpose(-1, -2)).float().add_(g.bias)  # [KVH, B, nb, G*qt, KB]
     e = s.sub_(s.amax(dim=(2, 4), keepdim=True)).exp_()
-    denom = e.sum(-1, keepdim=True).sum(2)  # per block, then across blocks: [KVH, B, G*qt, 1]
-    o = torch.matmul(e.to(q.dtype), v).float().sum(2).div_(denom)  # [KVH, B, G*qt, D]
-    o = o.to(q.dtype).view(KVH, B, G, qt, D).permute(1, 3, 0, 2, 4).reshape(B, qt, H, D)
-    return o[g.valid]
+    denom = e.sum(-1, keepdim=True).sum(2)  # per key block, then across blocks: [KVH, B, G*qt, 1]
+    o = torch.matmul(e.to(q.dtype), kv[1]).float().sum(2).div_(denom)  # [KVH, B, G*qt, D]
+    return o.to(q.dtype).view(KVH, B, G, qt, D).permute(1, 3, 0, 2, 4).reshape(B * qt, H, D)
 
 
 def paged_attention(
-    q: torch.Tensor,  # [T, H, hd]
-    key_cache: torch.Tensor,  # [KVH, slots, hd] (head-major: a gather yields attention's layout directly)
-    value_cache: torch.Tensor,  # [KVH, slots, hd]
+    q: torch.Tensor,  # [T, H, hd], pre-scaled by hd**-0.5
+    kv_cache: torch.Tensor,  # [2, KVH, slots, hd] (head-major: a gather yields attention's layout directly)
     meta: AttentionMetadata,
 ) -> torch.Tensor:  # [T, H, hd]
+    g = meta.tiled
+    if g is not None and g.dense and not meta.segments:
+        return _tiled_attention(q, kv_cache, g)
     out = torch.empty_like(q)
-    if meta.tiled is not None:
-        out[meta.tiled.flat_rows] = _tiled_attention(q, key_cache, value_cache, meta.tiled)
+    if g is not None:
+        out[g.flat_rows] = _tiled_attention(q, kv_cache, g).view(g.valid.shape + q.shape[1:])[g.valid]
     for p in meta.segments:
         qp = q[p.rows].transpose(0, 1)[None]  # [1, H, q, hd]
-        kp = key_cache.index_select(1, p.kv_index)[None]  # [1, KVH, ctx, hd]
-        vp = value_cache.index_select(1, p.kv_index)[None]
-        o = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, enable_gqa=True)
+        kv = kv_cache.index_select(2, p.kv_index)  # [2, KVH, ctx, hd]
+        o = F.scaled_dot_product_attention(qp, kv[0][None], kv[1][None], attn_mask=p.mask,
+                                           is_causal=p.mask is None, scale=1.0, enable_gqa=True)
         out[p.rows] = o[0].transpose(0, 1)
     return out

@@ -61,11 +61,12 @@ class LlamaForward:
             p = f"model.layers.{i}."
             a = p + "self_attn."
             bias = None
+            scale = self.head_dim ** -0.5  # folded into q: attention needs no separate scaling op
             if a + "q_proj.bias" in sd:
-                bias = torch.cat([w(a + "q_proj.bias"), w(a + "k_proj.bias"), w(a + "v_proj.bias")])
+                bias = torch.cat([w(a + "q_proj.bias") * scale, w(a + "k_proj.bias"), w(a + "v_proj.bias")])
             self.layers.append(LayerWeights(
                 input_norm=w(p + "input_layernorm.weight"),
-                qkv=torch.cat([w(a + "q_proj.weight"), w(a + "k_proj.weight"), w(a + "v_proj.weight")]),
+                qkv=torch.cat([w(a + "q_proj.weight") * scale, w(a + "k_proj.weight"), w(a + "v_proj.weight")]),
                 qkv_bias=bias,
                 o=w(a + "o_proj.weight"),
                 post_norm=w(p + "post_attention_layernorm.weight"),
@@ -126,10 +127,9 @@ class LlamaForward:
             q, k, v = qkv.split([H * hd, KVH * hd, KVH * hd], dim=-1)
             q = self._apply_rope(q.view(T, H, hd), cos, sin)
             k = self._apply_rope(k.view(T, KVH, hd), cos, sin)
-            kc, vc = kv_cache.key[i], kv_cache.value[i]
-            kc.index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
-            vc.index_copy_(1, meta.slot_mapping, v.view(T, KVH, hd).transpose(0, 1))
-            attn = paged_attention(q, kc, vc, meta)  # [T, H, hd]
+            kv = kv_cache.layers[i]
+            kv.index_copy_(2, meta.slot_mapping, torch.stack((k, v.view(T, KVH, hd))).transpose(1, 2))
+            attn = paged_attention(q, kv, meta)  # [T, H, hd]
             h = h + self._linear(attn.reshape(T, H * hd), lw.o)
             x = self._rms(h, lw.post_norm)
             gate, up = self._linear(x, lw.gate_up).chunk(2, dim=-1)
@@ -142,13 +142,12 @@ class LlamaForward:
 
 @dataclass(slots=True)
 class KVCacheTensors:
-    """Per-layer KV storage, head-major: [KVH, slot, hd] with slot = block * block_size + offset."""
+    """Per-layer KV storage, head-major: [2 (K, V), KVH, slot, hd], slot = block * block_size + offset.
+    K and V share one tensor so that one gather and one scatter serve both."""
 
-    key: list[torch.Tensor]  # L x [KVH, num_blocks * block_size, hd]
-    value: list[torch.Tensor]
+    layers: list[torch.Tensor]  # L x [2, KVH, num_blocks * block_size, hd]
 
     @classmethod
     def allocate(cls, model: LlamaForward, num_blocks: int, block_size: int) -> "KVCacheTensors":
-        shape = (model.num_kv_heads, num_blocks * block_size, model.head_dim)
-        mk = lambda: torch.zeros(shape, dtype=model.dtype, device=model.device)  # noqa: E731
-        return cls([mk() for _ in range(model.num_layers)], [mk() for _ in range(model.num_layers)])
+        shape = (2, model.num_kv_heads, num_blocks * block_size, model.head_dim)
+        return cls([torch.zeros(shape, dtype=model.dtype, device=model.device) for _ in range(model.num_layers)])
