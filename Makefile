@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv model serve test test-fast bench gpu-check clean
+.PHONY: venv model serve test test-fast bench gpu-assets gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,14 @@ bench: model
 	HF_HUB_OFFLINE=1 $(VENV)/bin/specfleet bench --out benchmarks/results/engine_cpu.json
 
 # For the GPU machine (no Ray, no network): correctness tests of the engine + a two-minute benchmark.
+# `make gpu-assets` here first (pydantic wheels for Python 3.12 + the tokenizer), then send .gpu along.
+gpu-assets: model
+	mkdir -p .gpu/whl .gpu/tokenizer
+	$(PIP) download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .gpu/whl \
+	  pydantic==2.14.4 pydantic-core==2.50.5 annotated-types typing-inspection
+	cp $$(HF_HUB_OFFLINE=1 $(PY) -c "from workers.model_store import resolve_model; print(resolve_model(None))")/tokenizer* .gpu/tokenizer/
+
 gpu-check:
 	bash scripts/gpu_check.sh
 

@@ -25,7 +25,9 @@ def make_tiny_llama(folder: Path, seed: int, vocab: int = 16, layers: int = 2, h
     with torch.no_grad():  # sharper logits than the default init, so distributions are not near-uniform
         model.model.embed_tokens.weight.mul_(3)
     model.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(str(resolve_model(None))).save_pretrained(folder)
+    # The GPU machine has no default model, only its tokenizer files (SPECFLEET_TOKENIZER_DIR, see gpu_check)
+    tok_dir = os.environ.get("SPECFLEET_TOKENIZER_DIR") or str(resolve_model(None))
+    AutoTokenizer.from_pretrained(tok_dir).save_pretrained(folder)
     return folder
 
 

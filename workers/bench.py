@@ -89,12 +89,17 @@ def run_hf(model, tok, prompts: list[list[int]], concurrency: int, max_tokens: i
     return dict(output_tokens=out_tokens, seconds=dt, output_tokens_per_s=out_tokens / dt)
 
 
+def _spec(mode: str, default_k: int) -> SpecConfig:
+    """'off', 'ngram', 'ngram:8' (method[:k])."""
+    method, _, k = mode.partition(":")
+    return SpecConfig() if method == "off" else SpecConfig(method=method, k=int(k) if k else default_k)
+
+
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None) -> list[BenchRow]:
     from transformers import AutoModelForCausalLM
 
-    engines = {m: LLMEngine(EngineConfig(dtype=dtype, spec=SpecConfig(method=m, k=k) if m != "off" else SpecConfig()))
-               for m in modes}
+    engines = {m: LLMEngine(EngineConfig(dtype=dtype, spec=_spec(m, k))) for m in modes}
     any_engine = next(iter(engines.values()))
     tok = any_engine.tokenizer
     hf = None
@@ -112,7 +117,7 @@ def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], 
             for m, eng in engines.items():
                 run_ours(eng, prompts[:2], 2, 4)  # warm-up
                 r = run_ours(eng, prompts, c, max_tokens)
-                rows.append(BenchRow("specfleet", m, k if m != "off" else 0, None, w, c, len(prompts), **r))
+                rows.append(BenchRow("specfleet", eng.config.spec.method, eng.k, None, w, c, len(prompts), **r))
                 bar.set_postfix_str(f"{w} c={c} ours-{m}: {r['output_tokens_per_s']:.1f} tok/s")
                 bar.update()
             for p in peers:

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="offline closed-loop benchmark vs Hugging Face generate")
     p.add_argument("--workloads", default="sharegpt,repetitive")
     p.add_argument("--concurrency", default="1,4,16")
-    p.add_argument("--modes", default="off,ngram", help="our modes: off,ngram,draft")
+    p.add_argument("--modes", default="off,ngram:4,ngram:8", help="our modes: off, ngram[:k], draft[:k]")
     p.add_argument("--peers", default="hf,hf-pld", help="hf (plain generate), hf-pld (prompt lookup); '' for none")
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=64)

@@ -84,12 +84,24 @@ class LlamaForward:
         hf = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
         return cls(hf, device, dtype, batch_invariant), hf.config
 
-    def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        """x @ w.T; with batch_invariant, row blocks of <= INVARIANT_ROWS so that a row's result does not
-        depend on how many rows share the step (the CPU GEMM picks another kernel above 32 rows)."""
-        if not self.batch_invariant or x.shape[0] <= INVARIANT_ROWS:
+    def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
+                blocks: list[tuple[slice, int]] | None = None) -> torch.Tensor:
+        """x @ w.T. With batch_invariant, row blocks whose GEMM shape does not depend on the rest of the
+        batch (see AttentionMetadata.row_blocks); `blocks=None` means plain blocks of <= 32 rows."""
+        n = x.shape[0]
+        if not self.batch_invariant or n <= INVARIANT_ROWS:
             return F.linear(x, w, b)
-        return torch.cat([F.linear(c, w, b) for c in x.split(INVARIANT_ROWS)])
+        if blocks is None:
+            return torch.cat([F.linear(c, w, b) for c in x.split(INVARIANT_ROWS)])
+        outs = []
+        for rows, pad in blocks:
+            part = x[rows]
+            if pad and part.shape[0] < pad:
+                y = F.linear(F.pad(part, (0, 0, 0, pad - part.shape[0])), w, b)[: part.shape[0]]
+            else:
+                y = F.linear(part, w, b)
+            outs.append(y)
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
 
     def kv_bytes_per_token(self) -> int:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.tensor([], dtype=self.dtype).element_size()
@@ -123,17 +135,17 @@ class LlamaForward:
         cos, sin = self._rope(positions)
         for i, lw in enumerate(self.layers):
             x = self._rms(h, lw.input_norm)
-            qkv = self._linear(x, lw.qkv, lw.qkv_bias)
+            qkv = self._linear(x, lw.qkv, lw.qkv_bias, meta.row_blocks)
             q, k, v = qkv.split([H * hd, KVH * hd, KVH * hd], dim=-1)
             q = self._apply_rope(q.view(T, H, hd), cos, sin)
             k = self._apply_rope(k.view(T, KVH, hd), cos, sin)
             kv = kv_cache.layers[i]
             kv.index_copy_(2, meta.slot_mapping, torch.stack((k, v.view(T, KVH, hd))).transpose(1, 2))
             attn = paged_attention(q, kv, meta)  # [T, H, hd]
-            h = h + self._linear(attn.reshape(T, H * hd), lw.o)
+            h = h + self._linear(attn.reshape(T, H * hd), lw.o, None, meta.row_blocks)
             x = self._rms(h, lw.post_norm)
-            gate, up = self._linear(x, lw.gate_up).chunk(2, dim=-1)
-            h = h + self._linear(F.silu(gate) * up, lw.down)
+            gate, up = self._linear(x, lw.gate_up, None, meta.row_blocks).chunk(2, dim=-1)
+            h = h + self._linear(F.silu(gate) * up, lw.down, None, meta.row_blocks)
         h = self._rms(h[logits_indices], self.final_norm)
         if return_hidden:
             return h

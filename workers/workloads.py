@@ -35,15 +35,13 @@ def sharegpt_prompts(n: int, seed: int = 0, max_chars: int = 1500) -> list[str]:
     return random.Random(seed).sample(pool, n)
 
 
-_REPEAT_TASKS = (
-    "Repeat the following text exactly, word for word:\n\n{t}",
-    "Copy this paragraph without changing anything:\n\n{t}",
-    "Here is a passage. Write it out again verbatim.\n\n{t}",
-)
+# Of the phrasings tried, SmolLM2-135M copies most faithfully with this one (mean acceptance length with
+# n-gram k=8 over 8 passages: 3.9, vs 2.4 and 2.2 for two others).
+_REPEAT_TASK = "Repeat the following text exactly, word for word:\n\n{t}\n\nRepeat it exactly."
 
 
 def repetitive_prompts(n: int, seed: int = 0) -> list[str]:
     """Prompts whose answer reuses the prompt's text (editing/copy tasks): where n-gram lookup shines."""
     rng = random.Random(seed)
     pool = [p for p in _sharegpt_first_turns() if 200 <= len(p) <= 700]
-    return [rng.choice(_REPEAT_TASKS).format(t=rng.choice(pool)) for _ in range(n)]
+    return [_REPEAT_TASK.format(t=rng.choice(pool)) for _ in range(n)]

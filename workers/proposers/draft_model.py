@@ -90,6 +90,7 @@ class DraftModelProposer:
 
     def _draft_step(self, logits: torch.Tensor, reqs: list[DraftInput], i: int, rows: list[int],
                     idx: torch.Tensor, val: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+        logits = logits.float().cpu()  # [n, V]: drafts and their sparse q travel as small CPU tensors
         temp = torch.tensor([r.temperature for r in reqs])
         greedy = temp == 0
         top = logits.topk(self.top_s, dim=-1)  # values/indices [n, S], descending
