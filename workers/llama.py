@@ -110,14 +110,14 @@ class LlamaForward:
         return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and a sign-folded sin [T, 1, hd], so rotate_half(x) * sin == x.roll(hd/2) * sin_signed."""
         cos, sin = self.rotary(self.embed[:1], positions[None])  # [1, T, hd]
-        return cos[0, :, None, :].to(self.dtype), sin[0, :, None, :].to(self.dtype)  # [T, 1, hd]
+        half = self.head_dim // 2
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        return cos[0, :, None, :].to(self.dtype), sin[0, :, None, :].to(self.dtype)
 
-    @staticmethod
-    def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+    def _apply_rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return torch.addcmul(x * cos, x.roll(self.head_dim // 2, dims=-1), sin)
 
     @torch.inference_mode()
     def forward(
@@ -136,9 +136,8 @@ class LlamaForward:
         for i, lw in enumerate(self.layers):
             x = self._rms(h, lw.input_norm)
             qkv = self._linear(x, lw.qkv, lw.qkv_bias, meta.row_blocks)
-            q, k, v = qkv.split([H * hd, KVH * hd, KVH * hd], dim=-1)
-            q = self._apply_rope(q.view(T, H, hd), cos, sin)
-            k = self._apply_rope(k.view(T, KVH, hd), cos, sin)
+            qk = self._apply_rope(qkv[:, : (H + KVH) * hd].view(T, H + KVH, hd), cos, sin)  # q and k at once
+            q, k, v = qk[:, :H], qk[:, H:], qkv[:, (H + KVH) * hd:]
             kv = kv_cache.layers[i]
             kv.index_copy_(2, meta.slot_mapping, torch.stack((k, v.view(T, KVH, hd))).transpose(1, 2))
             attn = paged_attention(q, kv, meta)  # [T, H, hd]
