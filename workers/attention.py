@@ -21,11 +21,11 @@ import torch.nn.functional as F
 
 KEY_BLOCK = 128
 PREFILL_SEGMENT = 128
-MAX_TILE_ROWS = 32  # q_tile * (heads per KV head) stays within the GEMM's small-M kernel
+SMALL_ROWS = 32  # bf16 GEMM rows are bit-identical for any M <= 32 (measured); other kernels above
 
 
 def q_tile_for(num_heads: int, num_kv_heads: int) -> int:
-    return max(1, MAX_TILE_ROWS // (num_heads // num_kv_heads))
+    return max(1, SMALL_ROWS // (num_heads // num_kv_heads))  # q_tile * heads-per-KV-group <= 32 GEMM rows
 
 
 def fixed_tile_needed(dtype: torch.dtype) -> bool:
@@ -112,8 +112,6 @@ def build_metadata(spans: list[SeqSpan], block_size: int, device: torch.device, 
     return AttentionMetadata(slot_mapping, _tiled_group(small, block_size, device, q_tile, group_size), segments,
                              blocks.done())
 
-
-SMALL_ROWS = 32  # bf16 GEMM rows are bit-identical for any M <= 32 (measured); other kernels above
 
 
 class _RowBlocks:

@@ -33,7 +33,8 @@ class BenchRow:
     num_requests: int
     output_tokens: int
     seconds: float
-    output_tokens_per_s: float
+    output_tokens_per_s: float  # median over repeats
+    samples_tokens_per_s: list[float] | None = None  # every repeat, in run order
     mean_acceptance_length: float | None = None
     acceptance_per_position: list[float] | None = None
     tokens_per_computed_position: float | None = None
@@ -96,21 +97,46 @@ def _spec(mode: str, default_k: int) -> SpecConfig:
 
 
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
-              peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None) -> list[BenchRow]:
+              peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None,
+              repeat: int = 1) -> list[BenchRow]:
+    """Every configuration `repeat` times, the repeats interleaved (noise hits all configurations alike);
+    each row reports the median tokens/s and keeps every sample."""
+    runs = [_run_plan(workloads, concurrencies, modes, k, max_tokens, peers, prompts_per_slot, seed, dtype, r, repeat)
+            for r in range(repeat)]
+    rows = []
+    for group in zip(*runs):
+        samples = [g.output_tokens_per_s for g in group]
+        med = sorted(group, key=lambda g: g.output_tokens_per_s)[len(group) // 2]
+        rows.append(BenchRow(**{**asdict(med), "samples_tokens_per_s": [round(x, 2) for x in samples]}))
+    if out is not None:
+        _write(out, rows, max_tokens, seed, dtype, repeat)
+    return rows
+
+
+_ENGINES: dict[tuple[str, int, str], LLMEngine] = {}
+_HF: dict[str, object] = {}
+
+
+def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
+              peers: list[str], prompts_per_slot: int, seed: int, dtype: str, rep: int, repeat: int) -> list[BenchRow]:
     from transformers import AutoModelForCausalLM
 
-    engines = {m: LLMEngine(EngineConfig(dtype=dtype, spec=_spec(m, k))) for m in modes}
+    engines = {m: _ENGINES.get((m, k, dtype)) or _ENGINES.setdefault(
+        (m, k, dtype), LLMEngine(EngineConfig(dtype=dtype, spec=_spec(m, k)))) for m in modes}
     any_engine = next(iter(engines.values()))
     tok = any_engine.tokenizer
     hf = None
     if peers:
         from workers.model_store import resolve_model
 
-        hf = AutoModelForCausalLM.from_pretrained(str(resolve_model(None)), dtype=any_engine.model.dtype).eval()
+        if "hf" not in _HF:
+            _HF["hf"] = AutoModelForCausalLM.from_pretrained(str(resolve_model(None)),
+                                                             dtype=any_engine.model.dtype).eval()
+        hf = _HF["hf"]
     plan = [(w, c) for w in workloads for c in concurrencies]
     rows: list[BenchRow] = []
     total = len(plan) * (len(modes) + len(peers))
-    with tqdm(total=total, desc="bench", unit="config") as bar:
+    with tqdm(total=total, desc=f"bench {rep + 1}/{repeat}", unit="config") as bar:
         for w, c in plan:
             texts = workload_prompts(w, max(prompts_per_slot * c, 4), seed)
             prompts = [any_engine.encode_prompt(t, chat=True) for t in texts]
@@ -134,13 +160,16 @@ def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], 
                                          len(prompts) if not lookup else max(4, prompts_per_slot), **r))
                 bar.set_postfix_str(f"{w} c={c} {p}: {rows[-1].output_tokens_per_s:.1f} tok/s")
                 bar.update()
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"dtype": str(any_engine.model.dtype), "threads": torch.get_num_threads(), "torch": torch.__version__,
-                "machine": platform.machine(), "processor": platform.processor(), "max_tokens": max_tokens,
-                "seed": seed, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        out.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
     return rows
+
+
+def _write(out: Path, rows: list[BenchRow], max_tokens: int, seed: int, dtype: str, repeat: int) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"dtype": str(next(iter(_ENGINES.values())).model.dtype), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "machine": platform.machine(), "max_tokens": max_tokens, "seed": seed,
+            "repeat": repeat, "statistic": "median tokens/s over repeats",
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    out.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
 
 
 def format_table(rows: list[BenchRow]) -> str:

@@ -74,8 +74,9 @@ class BlockPool:
     def block_key(parent: BlockKey | None, tokens: Sequence[int]) -> BlockKey:
         return (hash(parent) if parent is not None else 0, tuple(tokens))
 
-    def lookup_prefix(self, tokens: Sequence[int], max_blocks: int) -> list[int]:
-        """Longest run of cached full blocks that prefixes `tokens`; takes a reference on each."""
+    def lookup_prefix(self, tokens: Sequence[int], max_blocks: int, unit: int = 1) -> list[int]:
+        """Longest run of cached full blocks that prefixes `tokens`, in whole multiples of `unit` blocks;
+        takes a reference on each."""
         if not self.enable_prefix_caching:
             return []
         bs = self.block_size
@@ -88,6 +89,7 @@ class BlockPool:
                 break
             hits.append(b)
             parent = key
+        del hits[len(hits) - len(hits) % unit:]
         self.queries += max_blocks
         self.hits += len(hits)
         for b in hits:

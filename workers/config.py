@@ -63,7 +63,8 @@ class SpecConfig(BaseModel):
 
     method: SpecMethod = Field("off", description="off | ngram (prompt lookup) | draft (a small causal LM).")
     k: int = Field(4, ge=1, le=32, description="Draft tokens proposed per request per step.")
-    ngram_min: int = Field(1, ge=1, le=16, description="Shortest suffix the n-gram proposer tries to match.")
+    ngram_min: int = Field(2, ge=1, le=16, description="Shortest suffix the n-gram proposer tries to match "
+                           "(1-token matches measured poor: 0.59 vs 0.78 tokens per computed position).")
     ngram_max: int = Field(4, ge=1, le=16, description="Longest suffix the n-gram proposer tries to match.")
     draft_model: str | None = Field(None, description="Folder of the draft model (same tokenizer as the target).")
     draft_top_k: int = Field(32, ge=1, le=1024, description="Support of the draft's sampling distribution (exactly sparse).")

@@ -13,10 +13,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from workers.attention import AttentionMetadata, paged_attention
-
-# Measured on this CPU (bf16, AMX): F.linear gives bit-identical rows for any M <= 32; above, other kernels.
-INVARIANT_ROWS = 32
+from workers.attention import SMALL_ROWS, AttentionMetadata, paged_attention
 
 
 @dataclass(slots=True)
@@ -89,10 +86,10 @@ class LlamaForward:
         """x @ w.T. With batch_invariant, row blocks whose GEMM shape does not depend on the rest of the
         batch (see AttentionMetadata.row_blocks); `blocks=None` means plain blocks of <= 32 rows."""
         n = x.shape[0]
-        if not self.batch_invariant or n <= INVARIANT_ROWS:
+        if not self.batch_invariant or n <= SMALL_ROWS:
             return F.linear(x, w, b)
         if blocks is None:
-            return torch.cat([F.linear(c, w, b) for c in x.split(INVARIANT_ROWS)])
+            return torch.cat([F.linear(c, w, b) for c in x.split(SMALL_ROWS)])
         outs = []
         for rows, pad in blocks:
             part = x[rows]

@@ -106,11 +106,7 @@ class Scheduler:
     def _admit(self, req: Request) -> bool:
         bs = self.pool.block_size
         unit = max(1, self.chunk_align // bs)  # hits count in whole alignment units
-        hits = self.pool.lookup_prefix(req.tokens, (len(req.tokens) - 1) // bs)
-        if len(hits) % unit:
-            keep = len(hits) - len(hits) % unit
-            self.pool.free(hits[keep:])
-            hits = hits[:keep]
+        hits = self.pool.lookup_prefix(req.tokens, (len(req.tokens) - 1) // bs, unit)
         first_chunk = min(len(req.tokens) - len(hits) * bs, self.token_budget)
         need = -(-(len(hits) * bs + first_chunk) // bs) - len(hits)
         if need > self.pool.num_free:

@@ -40,7 +40,7 @@ def _sample_joint(engine: LLMEngine, V: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("method", ["draft", "ngram"])
 def test_speculative_sampling_matches_target_distribution(tiny_target, tiny_draft, method):
-    spec = SpecConfig(method=method, k=3, draft_model=str(tiny_draft) if method == "draft" else None)
+    spec = SpecConfig(method=method, k=3, ngram_min=1, draft_model=str(tiny_draft) if method == "draft" else None)
     eng = LLMEngine(EngineConfig(model=str(tiny_target), dtype="float32", spec=spec, max_num_seqs=2048,
                                  max_num_batched_tokens=16384, enable_prefix_caching=False))
     counts = _sample_joint(eng, eng.model.vocab_size)

@@ -27,7 +27,7 @@ def find_continuation(tokens: np.ndarray, n_min: int, n_max: int, k: int) -> tup
 class NgramProposer:
     feature_names = ("match_len",)
 
-    def __init__(self, k: int, ngram_min: int = 1, ngram_max: int = 4) -> None:
+    def __init__(self, k: int, ngram_min: int = 2, ngram_max: int = 4) -> None:
         self.k, self.n_min, self.n_max = k, ngram_min, ngram_max
         self._mirror = TokenMirror()
         self._arrays: dict[str, np.ndarray] = {}
