@@ -18,12 +18,13 @@ import torch
 
 from workers.attention import PREFILL_SEGMENT
 from workers.config import EngineConfig, SamplingParams
+from workers.detokenizer import IncrementalDetokenizer
 from workers.llama import LlamaForward
 from workers.metrics import LatencyStats, SpecStats
 from workers.model_runner import ModelRunner, StepChunk, pick_device, pick_dtype
 from workers.model_store import resolve_model
 from workers.proposers.base import DraftInput, Proposal, Proposer
-from workers.rejection_sampler import rejection_sample
+from workers.rejection_sampler import SparseProbs, rejection_sample
 from workers.request import Request, Status
 from workers.sampling import BatchSampling
 from workers.scheduler import Scheduler
@@ -119,7 +120,8 @@ class LLMEngine:
         stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_ids)
         req = Request(req_id, ids, params,
                       seed=params.seed if params.seed is not None else self._rng.getrandbits(62),
-                      stop_ids=stop_ids, max_tokens=min(params.max_tokens, self.max_model_len - len(ids)))
+                      stop_ids=stop_ids, max_tokens=min(params.max_tokens, self.max_model_len - len(ids)),
+                      detok=IncrementalDetokenizer(self.tokenizer, params.stop, stop_ids))
         self.requests[req_id] = req
         self.scheduler.waiting.append(req)
         return req_id
@@ -178,38 +180,34 @@ class LLMEngine:
 
     def _verify(self, logits: torch.Tensor, verify: list[tuple[int, Request, int, int]],
                 proposal: Proposal | None) -> None:
+        """Sample every request that produced logits; verify[i] = (row in the proposal or -1 for a
+        completed prefill, request, drafts verified, first logits row)."""
+        dev = logits.device
         K = max(n for _, _, n, _ in verify)
-        B = len(verify)
-        rows = torch.tensor([[r0 + min(j, n) for j in range(K + 1)] for _, _, n, r0 in verify])
-        target = logits[rows.to(logits.device)]  # [B, K+1, V]
-        drafts = torch.full((B, K), -1, dtype=torch.long)
+        rows = torch.tensor([[r0 + min(j, n) for j in range(K + 1)] for _, _, n, r0 in verify], device=dev)
+        drafts = torch.full((len(verify), K), -1, dtype=torch.long)
         probs = None
         if K > 0 and proposal is not None:
             src = torch.tensor([max(b, 0) for b, _, _, _ in verify])
             has = torch.tensor([b >= 0 for b, _, _, _ in verify])
             drafts = torch.where(has[:, None], proposal.draft_tokens[src, :K], -1)
             if proposal.probs is not None:
-                from workers.rejection_sampler import SparseProbs
-
-                probs = SparseProbs(proposal.probs.idx[src, :K], proposal.probs.val[src, :K])
-        num_draft = torch.tensor([n for _, _, n, _ in verify])
+                probs = SparseProbs(proposal.probs.idx[src, :K].to(dev), proposal.probs.val[src, :K].to(dev))
         sampling = BatchSampling.build(
             [(r.params.temperature, r.params.top_k, r.params.top_p, r.seed, r.num_output) for _, r, _, _ in verify],
-            logits.device)
-        dev = logits.device
-        out, num_acc = rejection_sample(target, drafts.to(dev), num_draft.to(dev),
-                                        None if probs is None else SparseProbs(probs.idx.to(dev), probs.val.to(dev)),
-                                        sampling)
+            dev)
+        num_draft = torch.tensor([n for _, _, n, _ in verify], device=dev)
+        out, num_acc = rejection_sample(logits[rows], drafts.to(dev), num_draft, probs, sampling)
         out_l, acc_l = out.tolist(), num_acc.tolist()  # the step's one host sync
         now = time.perf_counter()
         for (b, req, n, _), toks, a in zip(verify, out_l, acc_l):
-            new = toks[: a + 1]
-            was_decoding = b >= 0
-            req.num_computed = len(req.tokens) if not was_decoding else req.num_computed + 1 + a
-            if was_decoding:
-                req.spec.observe(n, a, len(new))
-                self.spec_stats.observe(n, a, len(new))
-            self._append(req, new, now)
+            if b >= 0:  # a decode step: the input token and the accepted drafts now have valid KV
+                req.num_computed += 1 + a
+                req.spec.observe(n, a, a + 1)
+                self.spec_stats.observe(n, a, a + 1)
+            else:
+                req.num_computed = len(req.tokens)
+            self._append(req, toks[: a + 1], now)
             if req.status is Status.RUNNING:
                 self.scheduler.commit_full_blocks(req)
 
@@ -234,21 +232,11 @@ class LLMEngine:
             req.itl.extend([gap] * len(kept))
             self.latency.itl.extend([gap] * len(kept))
         req.last_token_time = now
-        if self._update_text(req):
+        if req.detok.push(kept):
             reason = "stop"
+        req.text = req.detok.text
         if reason is not None:
             self._finish(req, reason)
-
-    def _update_text(self, req: Request) -> bool:
-        out_ids = [t for t in req.output_ids if t not in req.stop_ids]
-        text = self.tokenizer.decode(out_ids, skip_special_tokens=True)
-        for s in req.params.stop:
-            i = text.find(s)
-            if i >= 0:
-                req.text = text[:i]
-                return True
-        req.text = text
-        return False
 
     def _finish(self, req: Request, reason: str) -> None:
         req.status = Status.FINISHED
@@ -261,10 +249,7 @@ class LLMEngine:
         outs = []
         for req_id, req in list(self.requests.items()):
             new_ids = req.output_ids[req.sent_tokens:]
-            text = req.text
-            if not req.finished and text.endswith("\ufffd"):  # an incomplete UTF-8 character: hold it back
-                text = text[: len(text) - 1]
-            delta = text[req.sent_text_len:]
+            delta = req.text[req.sent_text_len:]
             if new_ids or delta or req.finished:
                 outs.append(RequestOutput(req_id, new_ids, delta, req.finished, req.finish_reason))
                 req.sent_tokens += len(new_ids)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from workers.block_pool import BlockKey
 from workers.config import SamplingParams
+from workers.detokenizer import IncrementalDetokenizer
 from workers.metrics import SpecStats
 
 
@@ -24,6 +25,7 @@ class Request:
     seed: int
     stop_ids: frozenset[int]
     max_tokens: int  # params.max_tokens clipped to the context limit
+    detok: IncrementalDetokenizer
     tokens: list[int] = field(default_factory=list)  # prompt + output
     num_computed: int = 0  # tokens whose KV is in the cache
     blocks: list[int] = field(default_factory=list)
