@@ -1,0 +1,67 @@
+import time
+
+import torch
+
+from workers.budget import choose_verify_lengths, survival
+from workers.cost_table import CostTable, measure
+
+PROFILE = [0.437, 0.503, 0.541, 0.571, 0.632, 0.628, 0.593]  # seed-notes conditional acceptance, k=7
+
+
+def _table(per_token_s: float, fixed_s: float = 0.02) -> CostTable:
+    """A step costs fixed_s + per_token_s * tokens (memory-bound: per_token_s small)."""
+    return CostTable({(r, t): fixed_s + per_token_s * t for r in (1, 16, 256) for t in (r, 2 * r, 4 * r, 8 * r, 16 * r)})
+
+
+def test_survival_is_cumulative_product_within_drafts():
+    s = survival(torch.tensor([[0.5, 0.5, 0.5], [0.9, 0.1, 1.0]]), torch.tensor([3, 2]))
+    assert torch.allclose(s, torch.tensor([[0.5, 0.25, 0.125], [0.9, 0.09, 0.0]]))
+
+
+def test_idle_hardware_verifies_everything_and_saturated_verifies_little():
+    scores = survival(torch.tensor([PROFILE] * 4), torch.full((4,), 7))
+    idle = choose_verify_lengths(scores, _table(1e-6), 4, 4, 4.0)
+    assert idle.tolist() == [7, 7, 7, 7]
+    busy = choose_verify_lengths(scores, _table(5e-3, fixed_s=0.0), 4, 4, 4.0)  # cost proportional to tokens
+    assert busy.tolist() == [0, 0, 0, 0]  # every position's survival < 1 token per token of cost
+
+
+def test_confident_request_gets_more_positions_and_selection_is_a_prefix():
+    probs = torch.tensor([[0.95] * 6, [0.3] * 6])
+    scores = survival(probs, torch.tensor([6, 6]))
+    lengths = choose_verify_lengths(scores, _table(4e-3, fixed_s=0.01), 2, 2, 2.0)
+    assert lengths[0] > lengths[1]
+    chosen = scores >= scores.flatten().sort(descending=True).values[lengths.sum() - 1]
+    for b in range(2):  # the positions taken are the first lengths[b] of each row
+        assert chosen[b, : lengths[b]].all()
+
+
+def test_policy_under_1ms_for_256_requests_by_8_positions():
+    torch.manual_seed(0)
+    scores = survival(torch.rand(256, 8), torch.full((256,), 8))
+    table = _table(2e-5)
+    choose_verify_lengths(scores, table, 256, 256, 256.0)
+    t = time.perf_counter()
+    for _ in range(20):
+        choose_verify_lengths(scores, table, 256, 256, 256.0)
+    assert (time.perf_counter() - t) / 20 < 1e-3 * 3  # budget 1 ms; x3 headroom for a loaded CI machine
+
+
+def test_cost_table_interpolates_extrapolates_and_refreshes():
+    t = CostTable({(1, 1): 0.010, (1, 5): 0.014, (8, 8): 0.02, (8, 40): 0.05})
+    assert abs(t.lookup(1, 3) - 0.012) < 1e-9
+    assert abs(t.lookup(1, 9) - 0.018) < 1e-9  # last slope continued
+    assert abs(t.lookup(7, 24) - 0.035) < 1e-9  # nearest request count: 8
+    assert torch.allclose(t.lookup_many(1, torch.tensor([1, 3, 9])), torch.tensor([0.010, 0.012, 0.018],
+                                                                                  dtype=torch.float64))
+    t.observe(1, 5, 0.024)
+    assert abs(t.seconds[(1, 5)] - 0.015) < 1e-9
+    assert CostTable.from_json(t.to_json()).seconds == t.seconds
+
+
+def test_measure_respects_grid_and_time_budget():
+    calls = []
+    table = measure(lambda r, n: calls.append((r, n)), requests=(1, 2), extra=(0, 3), budget_s=5, repeats=1)
+    assert sorted(table.seconds) == [(1, 1), (1, 4), (2, 2), (2, 8)] and len(calls) == 4
+    assert measure(lambda r, n: time.sleep(0.02), requests=(1, 2, 4), extra=(0,), budget_s=0.01,
+                   repeats=1).seconds.keys() == {(1, 1)}

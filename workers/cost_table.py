@@ -1,0 +1,117 @@
+"""Warm-up cost table: the target's step time over (requests in the step, tokens in the step).
+
+Measured once at start-up on the real runner (bounded in time), persisted keyed by model, dtype and hardware
+so a restart reuses it, and refreshed online from observed step times (an exponential moving average on the
+nearest grid cell). Lookups interpolate linearly in tokens and take the nearest measured request count.
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import logging
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REQUESTS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_EXTRA_TOKENS = (0, 1, 2, 4, 8)  # verify positions per request on top of its 1 token
+
+
+@dataclass
+class CostTable:
+    """seconds[(requests, tokens)] for tokens >= requests (every request computes >= 1 position)."""
+
+    seconds: dict[tuple[int, int], float] = field(default_factory=dict)
+    ema: float = 0.1  # weight of one online observation
+
+    def _cells(self, requests: int) -> list[tuple[int, float]]:
+        rs = sorted({r for r, _ in self.seconds})
+        i = min(bisect.bisect_left(rs, requests), len(rs) - 1)
+        r = rs[i] if i == 0 or rs[i] - requests <= requests - rs[i - 1] else rs[i - 1]
+        return sorted((t, s) for (rr, t), s in self.seconds.items() if rr == r)
+
+    def lookup(self, requests: int, tokens: int) -> float:
+        cells = self._cells(max(1, requests))
+        ts = [t for t, _ in cells]
+        j = bisect.bisect_left(ts, tokens)
+        if j == 0:
+            return cells[0][1]
+        if j == len(cells):  # beyond the grid: extrapolate with the last slope
+            (t0, s0), (t1, s1) = cells[-2] if len(cells) > 1 else cells[-1], cells[-1]
+            slope = (s1 - s0) / (t1 - t0) if t1 != t0 else 0.0
+            return s1 + slope * (tokens - t1)
+        (t0, s0), (t1, s1) = cells[j - 1], cells[j]
+        return s0 + (s1 - s0) * (tokens - t0) / (t1 - t0)
+
+    def lookup_many(self, requests: int, tokens: "torch.Tensor") -> "torch.Tensor":
+        """Vectorised lookup for one request count and many token counts (the budget policy's hot path)."""
+        import torch
+
+        cells = self._cells(max(1, requests))
+        ts = torch.tensor([t for t, _ in cells], dtype=torch.float64)
+        ss = torch.tensor([x for _, x in cells], dtype=torch.float64)
+        if len(cells) == 1:
+            return ss.expand(tokens.shape).clone()
+        x = tokens.to(torch.float64)
+        j = torch.searchsorted(ts, x).clamp(1, len(cells) - 1)  # segment [j-1, j]; ends extrapolate
+        t0, t1, s0, s1 = ts[j - 1], ts[j], ss[j - 1], ss[j]
+        out = s0 + (s1 - s0) * (x - t0) / (t1 - t0)
+        return torch.where(x <= ts[0], ss[0], out)
+
+    def observe(self, requests: int, tokens: int, seconds: float) -> None:
+        """Online refresh: move the nearest cell towards an observed step time."""
+        if not self.seconds:
+            return
+        key = min(self.seconds, key=lambda k: (abs(k[0] - requests), abs(k[1] - tokens)))
+        self.seconds[key] += self.ema * (seconds - self.seconds[key])
+
+    def to_json(self) -> str:
+        return json.dumps({"seconds": [[r, t, s] for (r, t), s in sorted(self.seconds.items())]})
+
+    @classmethod
+    def from_json(cls, text: str) -> "CostTable":
+        return cls({(int(r), int(t)): float(s) for r, t, s in json.loads(text)["seconds"]})
+
+
+def hardware_key(model: str, dtype: str, device: str) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    raw = f"{model}|{dtype}|{device}|{cpu}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAULT_REQUESTS,
+            extra: tuple[int, ...] = DEFAULT_EXTRA_TOKENS, budget_s: float = 60.0, repeats: int = 3) -> CostTable:
+    """Time `step(requests, tokens)` over the grid (median of `repeats`), smallest cells first, stopping
+    when the time budget is spent; cells not reached are left out (lookups extrapolate)."""
+    table = CostTable()
+    deadline = time.perf_counter() + budget_s
+    for r in requests:
+        for e in extra:
+            if time.perf_counter() > deadline:
+                log.warning("cost table: time budget spent at %d requests; the rest is extrapolated", r)
+                return table
+            times = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                step(r, r * (1 + e))
+                times.append(time.perf_counter() - t)
+            table.seconds[(r, r * (1 + e))] = sorted(times)[len(times) // 2]
+    return table
+
+
+def load_or_measure(path: Path, step: Callable[[int, int], None], **kw) -> CostTable:
+    if path.exists():
+        return CostTable.from_json(path.read_text())
+    table = measure(step, **kw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(table.to_json())
+    return table
