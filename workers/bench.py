@@ -91,9 +91,11 @@ def run_hf(model, tok, prompts: list[list[int]], concurrency: int, max_tokens: i
 
 
 def _spec(mode: str, default_k: int) -> SpecConfig:
-    """'off', 'ngram', 'ngram:8' (method[:k])."""
-    method, _, k = mode.partition(":")
-    return SpecConfig() if method == "off" else SpecConfig(method=method, k=int(k) if k else default_k)
+    """'off', 'ngram', 'ngram:8', 'ngram:8:adaptive' (method[:k[:verify]])."""
+    method, k, verify = (mode.split(":") + ["", ""])[:3]
+    if method == "off":
+        return SpecConfig()
+    return SpecConfig(method=method, k=int(k) if k else default_k, verify=verify or "fixed")
 
 
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
@@ -143,7 +145,9 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
             for m, eng in engines.items():
                 run_ours(eng, prompts[:2], 2, 4)  # warm-up
                 r = run_ours(eng, prompts, c, max_tokens)
-                rows.append(BenchRow("specfleet", eng.config.spec.method, eng.k, None, w, c, len(prompts), **r))
+                spec = eng.config.spec
+                mode = spec.method + ("-adaptive" if spec.method != "off" and spec.verify == "adaptive" else "")
+                rows.append(BenchRow("specfleet", mode, eng.k, None, w, c, len(prompts), **r))
                 bar.set_postfix_str(f"{w} c={c} ours-{m}: {r['output_tokens_per_s']:.1f} tok/s")
                 bar.update()
             for p in peers:

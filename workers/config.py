@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SpecMethod = Literal["off", "ngram", "draft"]
+VerifyMode = Literal["fixed", "adaptive"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 
 MAX_STOP_STRINGS = 64
@@ -68,6 +69,9 @@ class SpecConfig(BaseModel):
     ngram_max: int = Field(4, ge=1, le=16, description="Longest suffix the n-gram proposer tries to match.")
     draft_model: str | None = Field(None, description="Folder of the draft model (same tokenizer as the target).")
     draft_top_k: int = Field(32, ge=1, le=1024, description="Support of the draft's sampling distribution (exactly sparse).")
+    verify: VerifyMode = Field("fixed", description="fixed: verify every draft; adaptive: verify the positions "
+                               "whose expected tokens per second pay off (estimators + warm-up cost table).")
+    cost_table_budget_s: float = Field(60.0, gt=0, description="Time bound of the warm-up cost measurement.")
 
     @model_validator(mode="after")
     def _check(self) -> "SpecConfig":

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from workers.adaptive import AdaptiveVerifier
 from workers.attention import PREFILL_SEGMENT
 from workers.config import EngineConfig, SamplingParams
 from workers.detokenizer import IncrementalDetokenizer
@@ -24,7 +25,7 @@ from workers.metrics import LatencyStats, SpecStats
 from workers.model_runner import ModelRunner, StepChunk, pick_device, pick_dtype
 from workers.model_store import resolve_model
 from workers.proposers.base import DraftInput, Proposal, Proposer
-from workers.rejection_sampler import SparseProbs, rejection_sample
+from workers.rejection_sampler import SparseProbs, greedy_verify, rejection_sample
 from workers.request import Request, Status
 from workers.sampling import BatchSampling
 from workers.scheduler import Scheduler
@@ -65,6 +66,8 @@ class LLMEngine:
                                    self.max_model_len, PREFILL_SEGMENT if config.batch_invariant else 1)
         self.proposer = proposer if proposer is not None else self._build_proposer(device, dtype)
         self.k = self.proposer.k if self.proposer is not None else 0
+        self.adaptive = AdaptiveVerifier.build(self) if self.proposer is not None and \
+            config.spec.verify == "adaptive" else None
         eos = hf_config.eos_token_id
         self.eos_ids = frozenset(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         self.requests: dict[str, Request] = {}
@@ -142,6 +145,8 @@ class LLMEngine:
         if plan.empty:
             return self._collect_outputs()
         proposal = self._propose(plan.decodes)
+        if self.adaptive is not None and proposal is not None:
+            self.adaptive.trim(proposal, plan)
         chunks, verify = [], []  # verify: (request, num drafts, first logits row)
         row = 0
         for b, (req, _) in enumerate(plan.decodes):
@@ -159,8 +164,11 @@ class LLMEngine:
                 row += 1
             else:
                 req.num_computed += chunk
+        t0 = time.perf_counter()
         logits = self.runner.run(chunks)  # [rows, V]
         self.num_steps += 1
+        if self.adaptive is not None:
+            self.adaptive.cost.observe(len(chunks), sum(len(c.token_ids) for c in chunks), time.perf_counter() - t0)
         if verify:
             self._verify(logits, verify, proposal)
         for req, chunk in plan.prefills:
@@ -197,8 +205,13 @@ class LLMEngine:
             [(r.params.temperature, r.params.top_k, r.params.top_p, r.seed, r.num_output) for _, r, _, _ in verify],
             dev)
         num_draft = torch.tensor([n for _, _, n, _ in verify], device=dev)
-        out, num_acc = rejection_sample(logits[rows], drafts.to(dev), num_draft, probs, sampling)
+        if bool(sampling.greedy.all()):  # argmax before gathering: no [B, K+1, V] copy, no softmax
+            out, num_acc = greedy_verify(logits.argmax(-1)[rows], drafts.to(dev), num_draft)
+        else:
+            out, num_acc = rejection_sample(logits[rows], drafts.to(dev), num_draft, probs, sampling)
         out_l, acc_l = out.tolist(), num_acc.tolist()  # the step's one host sync
+        if self.adaptive is not None and proposal is not None:
+            self.adaptive.learn(proposal, verify, acc_l)
         now = time.perf_counter()
         for (b, req, n, _), toks, a in zip(verify, out_l, acc_l):
             if b >= 0:  # a decode step: the input token and the accepted drafts now have valid KV

@@ -29,6 +29,21 @@ class SparseProbs:
         return (self.val * (self.idx == tokens[..., None])).sum(-1)
 
 
+def greedy_verify(
+    target_tokens: torch.Tensor,  # [B, K+1] argmax of the target at each position
+    draft_tokens: torch.Tensor,  # [B, K]
+    num_draft: torch.Tensor,  # [B]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Temperature 0: accept while draft == target argmax; then emit the target's own token."""
+    B, K1 = target_tokens.shape
+    K = K1 - 1
+    pos = torch.arange(K, device=target_tokens.device)
+    accept = (draft_tokens == target_tokens[:, :K]) & (pos[None] < num_draft[:, None])
+    num_acc = accept.long().cumprod(1).sum(1)
+    out = torch.where(torch.arange(K1, device=pos.device)[None] <= num_acc[:, None], target_tokens, -1)
+    return out, num_acc
+
+
 def rejection_sample(
     target_logits: torch.Tensor,  # [B, K+1, V] float32
     draft_tokens: torch.Tensor,  # [B, K] int64 (-1 where absent)
@@ -42,6 +57,8 @@ def rejection_sample(
     rows = torch.arange(B, device=dev)
     greedy = sampling.greedy
     greedy_tok = target_logits.argmax(-1)  # [B, K+1]
+    if bool(greedy.all()):  # no distribution needed: skip the softmax over the vocabulary
+        return greedy_verify(greedy_tok, draft_tokens, num_draft)
     rep = lambda x: x.repeat_interleave(K1)  # noqa: E731  per-row params for each position
     probs = logits_to_probs(target_logits.reshape(B * K1, V), rep(sampling.temperature), rep(sampling.top_k),
                             rep(sampling.top_p)).view(B, K1, V)

@@ -113,3 +113,16 @@ def test_prefix_cache_reuses_turn_one_and_keeps_outputs(tiny_target):
     cold = _engine(tiny_target, enable_prefix_caching=False).generate([turn2], _greedy(8))[0]
     assert cold.num_cached_tokens == 0
     assert r2.output_ids == cold.output_ids
+
+
+def test_adaptive_verification_is_lossless_and_trims(tiny_target, tiny_draft, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECFLEET_CACHE", str(tmp_path))  # the warm-up cost table is persisted there
+    base = [r.output_ids for r in _engine(tiny_target).generate(PROMPTS, _greedy())]
+    for spec in (SpecConfig(method="ngram", k=6, ngram_min=1, verify="adaptive", cost_table_budget_s=5),
+                 SpecConfig(method="draft", k=4, draft_model=str(tiny_draft), verify="adaptive",
+                            cost_table_budget_s=5)):
+        eng = _engine(tiny_target, spec)
+        assert [r.output_ids for r in eng.generate(PROMPTS * 3, _greedy())] == base * 3, spec.method
+        assert eng.adaptive.offered_positions > 0
+        assert eng.runner.pool.num_used == 0
+    assert list((tmp_path / "cost_tables").glob("*.json"))  # persisted: a restart reuses it
