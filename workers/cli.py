@@ -13,7 +13,7 @@ def _engine(args: argparse.Namespace):
     from workers.config import EngineConfig, SpecConfig
     from workers.engine import LLMEngine
 
-    spec = SpecConfig(method=args.spec, k=args.k, draft_model=args.draft_model)
+    spec = SpecConfig(method=args.spec, k=args.k, draft_model=args.draft_model, verify=args.verify)
     return LLMEngine(EngineConfig(model=args.model, dtype=args.dtype, spec=spec))
 
 
@@ -23,6 +23,8 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", default="off", choices=["off", "ngram", "draft"], help="speculative decoding method")
     p.add_argument("--k", type=int, default=4, help="draft tokens per step")
     p.add_argument("--draft-model", default=None, help="draft model folder (for --spec draft)")
+    p.add_argument("--verify", default="fixed", choices=["fixed", "adaptive"],
+                   help="fixed: verify all k drafts; adaptive: verify what the cost model says pays off")
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
@@ -122,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="offline closed-loop benchmark vs Hugging Face generate")
     p.add_argument("--workloads", default="sharegpt,repetitive")
     p.add_argument("--concurrency", default="1,4,16")
-    p.add_argument("--modes", default="off,ngram:4,ngram:8", help="our modes: off, ngram[:k], draft[:k]")
+    p.add_argument("--modes", default="off,ngram:4,ngram:8",
+                   help="our modes: off, METHOD[:K[:adaptive]] with METHOD ngram or draft")
     p.add_argument("--peers", default="hf,hf-pld", help="hf (plain generate), hf-pld (prompt lookup); '' for none")
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=64)

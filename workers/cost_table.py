@@ -30,10 +30,13 @@ class CostTable:
     ema: float = 0.1  # weight of one online observation
 
     def _cells(self, requests: int) -> list[tuple[int, float]]:
+        """The nearest request count's (tokens, seconds), made non-decreasing in tokens (pool-adjacent-
+        violators): a noisy cell must not make verifying more look cheaper than verifying less."""
         rs = sorted({r for r, _ in self.seconds})
         i = min(bisect.bisect_left(rs, requests), len(rs) - 1)
         r = rs[i] if i == 0 or rs[i] - requests <= requests - rs[i - 1] else rs[i - 1]
-        return sorted((t, s) for (rr, t), s in self.seconds.items() if rr == r)
+        cells = sorted((t, s) for (rr, t), s in self.seconds.items() if rr == r)
+        return list(zip([t for t, _ in cells], _isotonic([s for _, s in cells])))
 
     def lookup(self, requests: int, tokens: int) -> float:
         cells = self._cells(max(1, requests))
@@ -78,6 +81,17 @@ class CostTable:
         return cls({(int(r), int(t)): float(s) for r, t, s in json.loads(text)["seconds"]})
 
 
+def _isotonic(ys: list[float]) -> list[float]:
+    blocks: list[list[float]] = []  # [sum, count]
+    for y in ys:
+        blocks.append([y, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, c = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    return [s / c for s, c in blocks for _ in range(int(c))]
+
+
 def hardware_key(model: str, dtype: str, device: str) -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -89,7 +103,7 @@ def hardware_key(model: str, dtype: str, device: str) -> str:
 
 
 def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAULT_REQUESTS,
-            extra: tuple[int, ...] = DEFAULT_EXTRA_TOKENS, budget_s: float = 60.0, repeats: int = 3) -> CostTable:
+            extra: tuple[int, ...] = DEFAULT_EXTRA_TOKENS, budget_s: float = 60.0, repeats: int = 5) -> CostTable:
     """Time `step(requests, tokens)` over the grid (median of `repeats`), smallest cells first, stopping
     when the time budget is spent; cells not reached are left out (lookups extrapolate)."""
     table = CostTable()

@@ -167,7 +167,8 @@ class LLMEngine:
         t0 = time.perf_counter()
         logits = self.runner.run(chunks)  # [rows, V]
         self.num_steps += 1
-        if self.adaptive is not None:
+        if self.adaptive is not None and not plan.prefills:  # pure decode steps refresh the cost table:
+            # prefill chunks lie far outside its grid and would drag the nearest cell up
             self.adaptive.cost.observe(len(chunks), sum(len(c.token_ids) for c in chunks), time.perf_counter() - t0)
         if verify:
             self._verify(logits, verify, proposal)

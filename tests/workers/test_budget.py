@@ -65,3 +65,9 @@ def test_measure_respects_grid_and_time_budget():
     assert sorted(table.seconds) == [(1, 1), (1, 4), (2, 2), (2, 8)] and len(calls) == 4
     assert measure(lambda r, n: time.sleep(0.02), requests=(1, 2, 4), extra=(0,), budget_s=0.01,
                    repeats=1).seconds.keys() == {(1, 1)}
+
+
+def test_cost_curve_is_made_monotone():
+    t = CostTable({(1, 1): 0.040, (1, 2): 0.042, (1, 3): 0.048, (1, 5): 0.039, (1, 9): 0.042})
+    curve = [t.lookup(1, n) for n in (1, 2, 3, 5, 9)]
+    assert curve == sorted(curve) and abs(curve[-1] - 0.043) < 1e-3
