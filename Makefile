@@ -32,7 +32,7 @@ test-fast: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q tests -m "not model"
 
 bench: model
-	HF_HUB_OFFLINE=1 $(VENV)/bin/specfleet bench --out benchmarks/results/engine_cpu.json
+	HF_HUB_OFFLINE=1 $(VENV)/bin/specfleet bench --repeat 3 --out benchmarks/results/engine_cpu.json
 
 # For the GPU machine (no Ray, no network): correctness tests of the engine + a two-minute benchmark.
 # `make gpu-assets` here first (pydantic wheels for Python 3.12 + the tokenizer), then send .gpu along.
