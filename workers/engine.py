@@ -147,7 +147,7 @@ class LLMEngine:
         proposal = self._propose(plan.decodes)
         if self.adaptive is not None and proposal is not None:
             self.adaptive.trim(proposal, plan)
-        chunks, verify = [], []  # verify: (request, num drafts, first logits row)
+        chunks, verify = [], []  # verify: (row in the proposal or -1, request, drafts, first logits row)
         row = 0
         for b, (req, _) in enumerate(plan.decodes):
             n = int(proposal.num_drafts[b]) if proposal is not None else 0
