@@ -68,6 +68,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     eng = _engine(args)
     print(f"specfleet demo: {args.model}, speculation={args.spec} (k={args.k}). Type a message, Ctrl-D to quit.")
+    print("> ", end="", flush=True)
     sp = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
     for line in sys.stdin:
         if not line.strip():
