@@ -12,6 +12,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def concurrency_axis(ax, xlabel: str, ylabel: str, title: str) -> None:
+    """Shared look of the concurrency sweeps (log2 x axis, grid, legend)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def main(src: str, dst: str) -> None:
     rows = json.loads(Path(src).read_text())["rows"]
     workloads = sorted({r["workload"] for r in rows})
@@ -26,12 +36,7 @@ def main(src: str, dst: str) -> None:
             pts.sort()
             style = "-o" if label.startswith("specfleet") else "--s"
             ax.plot([c for c, _ in pts], [v for _, v in pts], style, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrency (closed loop)")
-        ax.set_ylabel("output tokens/s")
-        ax.set_title(f"{w} (SmolLM2-135M, bf16, 2 CPU cores)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        concurrency_axis(ax, "concurrency (closed loop)", "output tokens/s", f"{w} (SmolLM2-135M, bf16, 2 CPU cores)")
     fig.tight_layout()
     fig.savefig(dst, dpi=110)
 

@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from plot_engine import concurrency_axis  # noqa: E402  (same folder: run as a script)
 from workers.simulator import Roofline, summary, sweep  # noqa: E402
 
 TARGETS = {"8B (1 GPU)": Roofline(params=8e9, gpus=1),
@@ -33,12 +34,8 @@ def main(out_json: str, out_png: str) -> None:
             ax.plot([c for c, _ in pts], [v for _, v in pts], style + "o", label=f"{mode} k={k}" if mode == "fixed"
                     else "adaptive (k<=7)", linewidth=2.5 if mode == "adaptive" else 1.2)
         ax.axhline(1.0, color="gray", linewidth=1)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrent requests")
-        ax.set_ylabel("throughput / no speculation")
-        ax.set_title(f"{name}, H200 roofline, seed-notes acceptance profile")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        concurrency_axis(ax, "concurrent requests", "throughput / no speculation",
+                         f"{name}, H200 roofline, seed-notes acceptance profile")
         print(name, json.dumps(results[name]["summary"]))
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)

@@ -39,17 +39,9 @@ class CostTable:
         return list(zip([t for t, _ in cells], _isotonic([s for _, s in cells])))
 
     def lookup(self, requests: int, tokens: int) -> float:
-        cells = self._cells(max(1, requests))
-        ts = [t for t, _ in cells]
-        j = bisect.bisect_left(ts, tokens)
-        if j == 0:
-            return cells[0][1]
-        if j == len(cells):  # beyond the grid: extrapolate with the last slope
-            (t0, s0), (t1, s1) = cells[-2] if len(cells) > 1 else cells[-1], cells[-1]
-            slope = (s1 - s0) / (t1 - t0) if t1 != t0 else 0.0
-            return s1 + slope * (tokens - t1)
-        (t0, s0), (t1, s1) = cells[j - 1], cells[j]
-        return s0 + (s1 - s0) * (tokens - t0) / (t1 - t0)
+        import torch
+
+        return float(self.lookup_many(requests, torch.tensor([tokens]))[0])
 
     def lookup_many(self, requests: int, tokens: "torch.Tensor") -> "torch.Tensor":
         """Vectorised lookup for one request count and many token counts (the budget policy's hot path)."""

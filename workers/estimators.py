@@ -14,6 +14,15 @@ from __future__ import annotations
 import torch
 
 
+def verification_labels(num_positions: int, verified: torch.Tensor, accepted: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(seen [B, K], label [B, K]): position i is labelled only if it was verified and every earlier one
+    was accepted (its conditional acceptance); label 1 = accepted."""
+    pos = torch.arange(num_positions)
+    seen = pos[None, :] < torch.minimum(verified, accepted + 1)[:, None]
+    return seen, (pos[None, :] < accepted[:, None]).float()
+
+
 class LogisticEstimator:
     def __init__(self, k: int, num_features: int, refit_every: int = 100, warmup_refits: int = 3,
                  l2: float = 1e-2, max_rows: int = 20_000) -> None:
@@ -36,11 +45,8 @@ class LogisticEstimator:
         return torch.sigmoid((x * self.weights[None, : features.shape[1]]).sum(-1))
 
     def observe(self, features: torch.Tensor, verified: torch.Tensor, accepted: torch.Tensor) -> None:
-        """features [B, K, F]; verified [B] positions checked; accepted [B]. Position i is labelled only if
-        it was verified and every earlier one was accepted (its conditional acceptance)."""
-        pos = torch.arange(features.shape[1])
-        seen = pos[None, :] < torch.minimum(verified, accepted + 1)[:, None]  # [B, K]
-        label = (pos[None, :] < accepted[:, None]).float()
+        """features [B, K, F]; verified [B] positions checked; accepted [B]."""
+        seen, label = verification_labels(features.shape[1], verified, accepted)
         for i in range(min(self.k, features.shape[1])):
             rows = seen[:, i]
             if rows.any():
@@ -82,11 +88,9 @@ class NgramEstimator:
         return self.acc[n, pos] / self.tot[n, pos]
 
     def observe(self, features: torch.Tensor, verified: torch.Tensor, accepted: torch.Tensor) -> None:
-        pos = torch.arange(features.shape[1])
-        seen = pos[None, :] < torch.minimum(verified, accepted + 1)[:, None]
-        label = (pos[None, :] < accepted[:, None]).float()
+        seen, label = verification_labels(features.shape[1], verified, accepted)
         n = features[..., 0].long().clamp(0, self.max_match)
-        p = pos.expand_as(n).clamp(max=self.k - 1)
+        p = torch.arange(features.shape[1]).expand_as(n).clamp(max=self.k - 1)
         self.tot.index_put_((n[seen], p[seen]), torch.ones(int(seen.sum())), accumulate=True)
         self.acc.index_put_((n[seen], p[seen]), label[seen], accumulate=True)
 
