@@ -7,14 +7,14 @@ table, and the drafts are trimmed to those prefixes. After verification the outc
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from workers.budget import choose_verify_lengths, survival
 from workers.cost_table import CostTable, hardware_key, load_or_measure
 from workers.estimators import LogisticEstimator, NgramEstimator
-from workers.model_runner import StepChunk
+from workers.model_runner import ModelRunner, StepChunk
 from workers.model_store import cache_dir
 
 if TYPE_CHECKING:
@@ -26,11 +26,24 @@ log = logging.getLogger(__name__)
 PROFILE_CONTEXT = 256  # context length of the warm-up steps
 
 
+class CapacityPlanner(Protocol):
+    """Caps on each request's draft depth from outside the engine (the cluster's global budget actor
+    sharing a drafter's capacity among replicas); must answer quickly and may fall back locally."""
+
+    def __call__(self, req_ids: list[str], scores: torch.Tensor) -> torch.Tensor: ...  # [B, K] -> caps [B]
+
+
 class AdaptiveVerifier:
-    def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator) -> None:
-        self.cost, self.estimator = cost, estimator
+    def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
+                 draft_cost: CostTable | None = None) -> None:
+        self.cost, self.estimator, self.draft_cost = cost, estimator, draft_cost
+        self.capacity_planner: CapacityPlanner | None = None
+        self.overhead_s = 0.0  # EMA of the step's host time outside the target forward and the drafting
         self.verified_positions = 0
         self.offered_positions = 0
+        self.drafted_positions = 0
+        self._last: dict[str, torch.Tensor] = {}  # req_id -> last step's acceptance estimates [K]
+        self._prior = torch.ones(estimator.k)  # for requests without estimates yet: the batch mean
 
     @classmethod
     def build(cls, engine: "LLMEngine") -> "AdaptiveVerifier":
@@ -38,23 +51,80 @@ class AdaptiveVerifier:
         key = hardware_key(cfg.model, str(engine.model.dtype), str(engine.model.device))
         path = cache_dir() / "cost_tables" / f"{key}.json"
         log.info("cost table: %s (measuring if absent, <= %.0f s)", path, cfg.spec.cost_table_budget_s)
-        cost = load_or_measure(path, lambda r, n: _profile_step(engine, r, n), budget_s=cfg.spec.cost_table_budget_s,
-                               requests=tuple(r for r in (1, 2, 4, 8, 16, 32, 64) if r <= cfg.max_num_seqs))
+        requests = tuple(r for r in (1, 2, 4, 8, 16, 32, 64) if r <= cfg.max_num_seqs)
+        cost = load_or_measure(path, lambda r, n: _profile_step(engine.runner, r, n),
+                               budget_s=cfg.spec.cost_table_budget_s, requests=requests)
         k = engine.k
+        draft_cost = None
+        if cfg.spec.method == "draft":  # one draft iteration of r requests (1 token each)
+            dkey = hardware_key(f"{cfg.model}|draft:{cfg.spec.draft_model}", str(engine.model.dtype),
+                                str(engine.model.device))
+            draft_cost = load_or_measure(cache_dir() / "cost_tables" / f"{dkey}.json",
+                                         lambda r, n: _profile_step(engine.proposer.runner, r, n),
+                                         budget_s=cfg.spec.cost_table_budget_s / 4, requests=requests, extra=(0,))
         est = NgramEstimator(k) if cfg.spec.method == "ngram" else LogisticEstimator(k, 3)
-        return cls(cost, est)
+        return cls(cost, est, draft_cost)
+
+    def plan_depths(self, plan: "ScheduledStep") -> None:
+        """Before drafting: cap each request's draft depth where the previous step's estimates say deeper
+        positions will not be verified (drafting them would be pure cost). Free drafts (n-gram) keep k."""
+        if not plan.decodes or (self.draft_cost is None and self.capacity_planner is None):
+            return
+        reqs = [r for r, _ in plan.decodes]
+        n = torch.tensor([d for _, d in plan.decodes])
+        scores = survival(torch.stack([self._last.get(r.req_id, self._prior) for r in reqs]), n)
+        caps = n
+        if self.draft_cost is not None and self.estimator_ready:
+            B = len(reqs)
+            prefill_tokens = sum(c for _, c in plan.prefills)
+            caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens, float(B),
+                                         self.overhead_s, self.draft_cost.lookup(B, B))
+        if self.capacity_planner is not None:
+            caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], scores))
+        plan.decodes = [(r, int(c)) for r, c in zip(reqs, torch.minimum(n, caps))]
+
+    @property
+    def estimator_ready(self) -> bool:
+        return getattr(self.estimator, "ready", True)
 
     def trim(self, proposal: "Proposal", plan: "ScheduledStep") -> None:
         if proposal.features is None or not plan.decodes:
             return
         n = proposal.num_drafts
-        scores = survival(self.estimator.predict(proposal.features), n)
+        probs = self.estimator.predict(proposal.features)  # [B, K]
+        self._remember(plan, probs, n)
+        scores = survival(probs, n)
         prefill_tokens = sum(c for _, c in plan.prefills)
         lengths = choose_verify_lengths(scores, self.cost, len(plan.decodes) + len(plan.prefills),
-                                        len(plan.decodes) + prefill_tokens, float(len(plan.decodes)))
+                                        len(plan.decodes) + prefill_tokens, float(len(plan.decodes)),
+                                        self.overhead_s)
         self.offered_positions += int(n.sum())
         proposal.num_drafts = torch.minimum(n, lengths)
         self.verified_positions += int(proposal.num_drafts.sum())
+
+    def _remember(self, plan: "ScheduledStep", probs: torch.Tensor, n: torch.Tensor) -> None:
+        """Keep each request's estimates for the next step's depth plan; positions it did not draft this
+        step keep their older estimates (or the batch mean), so a shallow draft can deepen again."""
+        K = probs.shape[1]
+        drafted = torch.arange(K)[None, :] < n[:, None]
+        if bool(drafted.any()):
+            mean = (probs * drafted).sum(0) / drafted.sum(0).clamp_min(1)
+            self._prior = torch.where(drafted.any(0), mean, self._prior)
+        for b, (req, _) in enumerate(plan.decodes):
+            old = self._last.get(req.req_id, self._prior)
+            self._last[req.req_id] = torch.where(drafted[b], probs[b], old)
+        self.drafted_positions += int(n.sum())
+
+    def forget(self, req_id: str) -> None:
+        self._last.pop(req_id, None)
+
+    def observe_step(self, wall_s: float, forward_s: float, draft_s: float, requests: int, tokens: int,
+                     pure_decode: bool) -> None:
+        """Refresh the cost model from a finished step: the target's forward (pure decode steps only:
+        prefill chunks lie far outside the grid and would drag the nearest cell up) and the host overhead."""
+        if pure_decode:
+            self.cost.observe(requests, tokens, forward_s)
+        self.overhead_s += 0.1 * (max(0.0, wall_s - forward_s - draft_s) - self.overhead_s)
 
     def learn(self, proposal: "Proposal", verify: list[tuple[int, object, int, int]], accepted: list[int]) -> None:
         rows = [(b, n, a) for (b, _, n, _), a in zip(verify, accepted) if b >= 0]
@@ -65,9 +135,9 @@ class AdaptiveVerifier:
                                torch.tensor([a for _, _, a in rows]))
 
 
-def _profile_step(engine: "LLMEngine", requests: int, tokens: int) -> None:
-    """One target step of `requests` sequences at PROFILE_CONTEXT, `tokens` positions in all."""
-    runner, bs = engine.runner, engine.runner.block_size
+def _profile_step(runner: ModelRunner, requests: int, tokens: int) -> None:
+    """One step of `requests` sequences at PROFILE_CONTEXT, `tokens` positions in all."""
+    bs = runner.block_size
     per = tokens // requests
     blocks = runner.pool.allocate(requests * -(-(PROFILE_CONTEXT + per) // bs))
     try:

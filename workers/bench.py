@@ -146,7 +146,7 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
                 run_ours(eng, prompts[:2], 2, 4)  # warm-up
                 r = run_ours(eng, prompts, c, max_tokens)
                 spec = eng.config.spec
-                mode = spec.method + ("-adaptive" if spec.method != "off" and spec.verify == "adaptive" else "")
+                mode = spec.method + (f"-{spec.verify}" if spec.method != "off" and spec.verify != "fixed" else "")
                 rows.append(BenchRow("specfleet", mode, eng.k, None, w, c, len(prompts), **r))
                 bar.set_postfix_str(f"{w} c={c} ours-{m}: {r['output_tokens_per_s']:.1f} tok/s")
                 bar.update()

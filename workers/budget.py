@@ -26,7 +26,13 @@ def choose_verify_lengths(
     num_requests: int,  # requests in the step (speculating or not)
     base_tokens: int,  # tokens the step computes anyway: 1 per decoding request + prefill chunk tokens
     base_emitted: float,  # tokens emitted without any draft (1 per decoding request)
-) -> torch.Tensor:  # [B] verify length per request
+    fixed_s: float = 0.0,  # per-step time outside the target's forward (host work, sampling)
+    draft_step_s: float = 0.0,  # seconds per draft iteration: > 0 when choosing how deep to DRAFT
+) -> torch.Tensor:  # [B] verify (or draft) length per request
+    """With `draft_step_s`, the same choice prices drafting too: taking positions up to depth d costs d
+    draft iterations (the drafter runs one batched iteration per position). The best set is then not always
+    a prefix of the survival ranking (one confident request's 6th position makes everyone pay 6 iterations),
+    so the ranking is also searched under every depth cap d = 1..K and the best cap wins."""
     B, K = scores.shape
     if B == 0 or K == 0:
         return torch.zeros(B, dtype=torch.long)
@@ -34,10 +40,33 @@ def choose_verify_lengths(
     # Ties are broken towards earlier positions, so the chosen set is a prefix of every request's drafts.
     key = flat - torch.arange(K).repeat(B) * 1e-9
     order = key.argsort(descending=True)
-    gains = flat[order]
-    n_pos = int((gains > 0).sum())
-    expected = base_emitted + torch.cat([torch.zeros(1), gains[:n_pos].cumsum(0)])  # [n_pos + 1]
-    step_s = cost.lookup_many(num_requests, base_tokens + torch.arange(n_pos + 1)).float()
-    best = int((expected / step_s.clamp_min(1e-9)).argmax())
-    taken = order[:best] // K  # request of each chosen position
-    return torch.bincount(taken, minlength=B)
+    n_pos = int((flat > 0).sum())
+    order = order[:n_pos]
+    depth_of = order % K + 1  # [n_pos] draft depth each ranked position needs
+    best_rate, best_taken = base_emitted / (float(cost.lookup(num_requests, base_tokens)) + fixed_s), order[:0]
+    for cap in (range(1, K + 1) if draft_step_s > 0 else (K,)):
+        ranked = order[depth_of <= cap] if cap < K else order
+        expected = base_emitted + torch.cat([torch.zeros(1), flat[ranked].cumsum(0)])  # [n + 1]
+        step_s = cost.lookup_many(num_requests, base_tokens + torch.arange(len(ranked) + 1)).float() + fixed_s
+        if draft_step_s > 0:
+            depth = torch.cat([torch.zeros(1), (ranked % K + 1).cummax(0).values.float()])
+            step_s = step_s + draft_step_s * depth
+        rate = expected / step_s.clamp_min(1e-9)
+        best = int(rate.argmax())
+        if float(rate[best]) > best_rate:
+            best_rate, best_taken = float(rate[best]), ranked[:best]
+    return torch.bincount(best_taken // K, minlength=B)
+
+
+def allocate_capacity(scores: list[torch.Tensor], capacity: int) -> list[torch.Tensor]:
+    """Share `capacity` draft positions among several batches (e.g. replicas sharing one drafter GPU):
+    the positions with the highest survival anywhere win. scores: [B_r, K] each -> per-request caps [B_r]."""
+    if not scores:
+        return []
+    K = max(s.shape[1] for s in scores)
+    padded = torch.cat([torch.nn.functional.pad(s, (0, K - s.shape[1])) for s in scores])
+    flat = padded.flatten()
+    order = (flat - torch.arange(K).repeat(len(padded)) * 1e-9).argsort(descending=True)
+    chosen = order[: min(capacity, int((flat > 0).sum()))]
+    caps = torch.bincount(chosen // K, minlength=len(padded))
+    return list(caps.split([s.shape[0] for s in scores]))

@@ -22,8 +22,9 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--spec", default="off", choices=["off", "ngram", "draft"], help="speculative decoding method")
     p.add_argument("--k", type=int, default=4, help="draft tokens per step")
-    p.add_argument("--draft-model", default=None, help="draft model folder (for --spec draft)")
-    p.add_argument("--verify", default="fixed", choices=["fixed", "adaptive"],
+    p.add_argument("--draft-model", default=None,
+                   help="draft model folder or shipped draft name (for --spec draft; default: the shipped draft)")
+    p.add_argument("--verify", default="fixed", choices=["fixed", "adaptive", "adaptive-global"],
                    help="fixed: verify all k drafts; adaptive: verify what the cost model says pays off")
 
 

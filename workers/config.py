@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SpecMethod = Literal["off", "ngram", "draft"]
-VerifyMode = Literal["fixed", "adaptive"]
+VerifyMode = Literal["fixed", "adaptive", "adaptive-global"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 
 MAX_STOP_STRINGS = 64
@@ -67,18 +67,21 @@ class SpecConfig(BaseModel):
     ngram_min: int = Field(2, ge=1, le=16, description="Shortest suffix the n-gram proposer tries to match "
                            "(1-token matches measured poor: 0.59 vs 0.78 tokens per computed position).")
     ngram_max: int = Field(4, ge=1, le=16, description="Longest suffix the n-gram proposer tries to match.")
-    draft_model: str | None = Field(None, description="Folder of the draft model (same tokenizer as the target).")
+    draft_model: str | None = Field(None, description="Draft model: a local HF folder with the target's tokenizer, "
+                                    "or a shipped draft's name; default: the draft trained for the embedded "
+                                    "default (workers/assets/smollm2-135m-draft).")
     draft_top_k: int = Field(32, ge=1, le=1024, description="Support of the draft's sampling distribution (exactly sparse).")
     verify: VerifyMode = Field("fixed", description="fixed: verify every draft; adaptive: verify the positions "
-                               "whose expected tokens per second pay off (estimators + warm-up cost table).")
+                               "whose expected tokens per second pay off (estimators + warm-up cost table), "
+                               "decided by each engine; adaptive-global: the same, with draft capacity of "
+                               "drafters shared by several replicas allocated by the cluster's budget actor "
+                               "(an engine outside a cluster plans locally).")
     cost_table_budget_s: float = Field(60.0, gt=0, description="Time bound of the warm-up cost measurement.")
 
     @model_validator(mode="after")
     def _check(self) -> "SpecConfig":
         if self.ngram_min > self.ngram_max:
             raise ValueError("ngram_min must be <= ngram_max")
-        if self.method == "draft" and not self.draft_model:
-            raise ValueError("spec method 'draft' needs draft_model (a local model folder)")
         return self
 
 

@@ -67,7 +67,7 @@ class LLMEngine:
         self.proposer = proposer if proposer is not None else self._build_proposer(device, dtype)
         self.k = self.proposer.k if self.proposer is not None else 0
         self.adaptive = AdaptiveVerifier.build(self) if self.proposer is not None and \
-            config.spec.verify == "adaptive" else None
+            config.spec.verify != "fixed" else None
         eos = hf_config.eos_token_id
         self.eos_ids = frozenset(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         self.requests: dict[str, Request] = {}
@@ -86,7 +86,10 @@ class LLMEngine:
         if spec.method == "draft":
             from workers.proposers.draft_model import DraftModelProposer
 
-            draft, _ = LlamaForward.load(resolve_model(spec.draft_model), device, dtype, self.config.batch_invariant)
+            from workers.draft_store import load_draft
+
+            draft = load_draft(spec.draft_model, resolve_model(self.config.model), device, dtype,
+                               self.config.batch_invariant)
             if draft.vocab_size != self.model.vocab_size:
                 raise ValueError(f"draft vocabulary {draft.vocab_size} != target vocabulary {self.model.vocab_size}")
             kv = int(self.config.kv_cache_memory_gb * 2**30 // 4)
@@ -141,10 +144,15 @@ class LLMEngine:
 
     # ---- the step ---------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        t_start = time.perf_counter()
         plan = self.scheduler.schedule(self.k)
         if plan.empty:
             return self._collect_outputs()
+        if self.adaptive is not None:
+            self.adaptive.plan_depths(plan)
+        t_draft = time.perf_counter()
         proposal = self._propose(plan.decodes)
+        draft_s = time.perf_counter() - t_draft
         if self.adaptive is not None and proposal is not None:
             self.adaptive.trim(proposal, plan)
         chunks, verify = [], []  # verify: (row in the proposal or -1, request, drafts, first logits row)
@@ -166,15 +174,16 @@ class LLMEngine:
                 req.num_computed += chunk
         t0 = time.perf_counter()
         logits = self.runner.run(chunks)  # [rows, V]
+        forward_s = time.perf_counter() - t0
         self.num_steps += 1
-        if self.adaptive is not None and not plan.prefills:  # pure decode steps refresh the cost table:
-            # prefill chunks lie far outside its grid and would drag the nearest cell up
-            self.adaptive.cost.observe(len(chunks), sum(len(c.token_ids) for c in chunks), time.perf_counter() - t0)
         if verify:
             self._verify(logits, verify, proposal)
         for req, chunk in plan.prefills:
             if req.status is Status.RUNNING:
                 self.scheduler.commit_full_blocks(req)
+        if self.adaptive is not None:
+            self.adaptive.observe_step(time.perf_counter() - t_start, forward_s, draft_s, len(chunks),
+                                       sum(len(c.token_ids) for c in chunks), not plan.prefills)
         return self._collect_outputs()
 
     def _propose(self, decodes: list[tuple[Request, int]]) -> Proposal | None:
@@ -258,6 +267,8 @@ class LLMEngine:
         self.scheduler.finish(req)
         if self.proposer is not None:
             self.proposer.release(req.req_id)
+        if self.adaptive is not None:
+            self.adaptive.forget(req.req_id)
 
     def _collect_outputs(self) -> list[RequestOutput]:
         outs = []

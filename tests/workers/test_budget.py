@@ -2,7 +2,7 @@ import time
 
 import torch
 
-from workers.budget import choose_verify_lengths, survival
+from workers.budget import allocate_capacity, choose_verify_lengths, survival
 from workers.cost_table import CostTable, measure
 
 PROFILE = [0.437, 0.503, 0.541, 0.571, 0.632, 0.628, 0.593]  # seed-notes conditional acceptance, k=7
@@ -71,3 +71,29 @@ def test_cost_curve_is_made_monotone():
     t = CostTable({(1, 1): 0.040, (1, 2): 0.042, (1, 3): 0.048, (1, 5): 0.039, (1, 9): 0.042})
     curve = [t.lookup(1, n) for n in (1, 2, 3, 5, 9)]
     assert curve == sorted(curve) and abs(curve[-1] - 0.043) < 1e-3
+
+
+def test_drafting_cost_makes_the_batch_draft_shallower():
+    scores = survival(torch.tensor([PROFILE] * 4), torch.full((4,), 7))
+    free = choose_verify_lengths(scores, _table(1e-6), 4, 4, 4.0)
+    priced = choose_verify_lengths(scores, _table(1e-6), 4, 4, 4.0, draft_step_s=0.004)
+    assert free.tolist() == [7] * 4 and 0 < priced.max() < 7
+    # a draft as slow as the target step never pays: no drafting at all
+    assert choose_verify_lengths(scores, _table(1e-6), 4, 4, 4.0, draft_step_s=0.05).tolist() == [0] * 4
+
+
+def test_fixed_step_overhead_makes_speculation_more_attractive():
+    scores = survival(torch.tensor([PROFILE] * 16), torch.full((16,), 7))
+    table = _table(1e-3, fixed_s=0.0)  # compute-bound: each position costs as much as a token
+    lean = choose_verify_lengths(scores, table, 16, 16, 16.0)
+    heavy = choose_verify_lengths(scores, table, 16, 16, 16.0, fixed_s=0.05)
+    assert heavy.sum() > lean.sum()
+
+
+def test_shared_capacity_goes_to_the_most_likely_positions_across_batches():
+    confident = survival(torch.full((2, 4), 0.9), torch.full((2,), 4))
+    doubtful = survival(torch.full((3, 4), 0.3), torch.full((3,), 4))
+    caps = allocate_capacity([confident, doubtful], 10)
+    assert caps[0].tolist() == [4, 4] and caps[1].tolist() == [1, 1, 0]  # 0.9^4=0.66 beats 0.3
+    assert sum(int(c.sum()) for c in caps) == 10
+    assert [c.tolist() for c in allocate_capacity([confident], 100)] == [[4, 4]]

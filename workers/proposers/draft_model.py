@@ -38,9 +38,11 @@ class DraftModelProposer:
     feature_names = ("top1_prob", "margin", "entropy")
 
     def __init__(self, runner: ModelRunner, k: int, top_s: int = 32) -> None:
-        self.runner, self.k, self.top_s = runner, k, min(top_s, runner.model.vocab_size)
+        self.runner, self.k, self.top_s = runner, k, min(top_s, runner.model.lm_head.shape[0])
         self._mirror = TokenMirror()
         self._state: dict[str, _DraftState] = {}
+        head = runner.model.head_ids  # a reduced output vocabulary maps logit columns to target ids
+        self._head_ids = None if head is None else head.cpu()
 
     def _ensure_blocks(self, st: _DraftState, num_tokens: int) -> None:
         need = -(-num_tokens // self.runner.block_size) - len(st.blocks)
@@ -101,9 +103,10 @@ class DraftModelProposer:
         q = (top.values / torch.where(greedy, 1.0, temp)[:, None]).softmax(-1)  # [n, S] exactly sparse
         u = hash_uniform(torch.tensor([r.seed for r in reqs]), torch.tensor([r.out_pos + i for r in reqs]), LANE_DRAFT)
         choice = torch.where(greedy, 0, sample_from(q, u))
-        idx[rows, i] = top.indices
+        tokens = top.indices if self._head_ids is None else self._head_ids[top.indices]  # [n, S] target ids
+        idx[rows, i] = tokens
         val[rows, i] = torch.where(greedy[:, None], torch.nn.functional.one_hot(torch.zeros_like(choice), self.top_s).float(), q)
-        return top.indices.gather(-1, choice[:, None])[:, 0]
+        return tokens.gather(-1, choice[:, None])[:, 0]
 
     def release(self, req_id: str) -> None:
         self._mirror.release(req_id)

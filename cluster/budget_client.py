@@ -1,0 +1,96 @@
+"""The replica's side of the global budget: a `CapacityPlanner` for the engine (workers/adaptive.py).
+
+Each engine step calls it with the step's predicted survival scores. It sends them to the budget actor and
+uses the answer to the PREVIOUS call (the plan for this step was requested while the last step ran, like
+vLLM's use of the previous step's confidences), waiting at most `deadline_s`. Requests the answer does not
+cover, a late answer and a missing actor all get the local plan: the same allocation over this replica's
+own scores with its share of the drafter capacity. Every decision is counted (global / local).
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import ray
+import torch
+from ray.exceptions import RayActorError, RayError
+
+from cluster.budget_actor import budget_actor_handle
+from workers.budget import allocate_capacity
+
+log = logging.getLogger(__name__)
+
+
+class GlobalCapacityPlanner:
+    def __init__(self, replica_id: str, group: str = "default", local_capacity: int | None = None,
+                 group_capacity: int | None = None, deadline_s: float = 0.002, retry_s: float = 1.0) -> None:
+        self.replica_id, self.group = replica_id, group
+        self.local_capacity = local_capacity  # this replica's share when planning alone (None: no cap)
+        self.group_capacity = group_capacity
+        self.deadline_s, self.retry_s = deadline_s, retry_s
+        self.global_plans = self.local_plans = 0
+        self._actor = None
+        self._pending = None
+        self._next_try = 0.0
+
+    def _connect(self):
+        if self._actor is None and time.monotonic() >= self._next_try:
+            try:
+                self._actor = budget_actor_handle()
+                self._actor.register.remote(self.replica_id, self.group, self.group_capacity)
+            except RayError as e:  # pragma: no cover - depends on the cluster's state
+                log.warning("budget actor unavailable (%s): planning locally", e)
+                self._actor, self._next_try = None, time.monotonic() + self.retry_s
+        return self._actor
+
+    def wait_ready(self, timeout_s: float = 60.0) -> bool:
+        """Block until the actor answers (replica warm-up, never inside the step loop): a new actor
+        process takes seconds to start, and until then every step plans locally."""
+        self._next_try = 0.0
+        actor = self._connect()
+        if actor is None:
+            return False
+        try:
+            ray.get(actor.state.remote(), timeout=timeout_s)
+            return True
+        except RayError as e:
+            log.warning("budget actor not ready after %.0f s (%s)", timeout_s, type(e).__name__)
+            return False
+
+    def _local(self, scores: torch.Tensor) -> torch.Tensor:
+        if self.local_capacity is None:
+            return torch.full((scores.shape[0],), scores.shape[1], dtype=torch.long)
+        return allocate_capacity([scores], self.local_capacity)[0]
+
+    def __call__(self, req_ids: list[str], scores: torch.Tensor) -> torch.Tensor:
+        answer = self._collect()
+        actor = self._connect()
+        if actor is not None:
+            self._pending = actor.plan.remote(self.replica_id, req_ids, scores.numpy())
+        local = self._local(scores)
+        if not answer:
+            self.local_plans += 1
+            return local
+        covered = [r in answer for r in req_ids]
+        if all(covered):
+            self.global_plans += 1
+        else:
+            self.local_plans += 1
+        return torch.tensor([answer[r] if c else int(v) for r, c, v in zip(req_ids, covered, local)])
+
+    def _collect(self) -> dict[str, int] | None:
+        if self._pending is None:
+            return None
+        ref, self._pending = self._pending, None
+        ready, _ = ray.wait([ref], timeout=self.deadline_s)
+        if not ready:
+            return None
+        try:
+            return ray.get(ready[0])
+        except (RayActorError, RayError) as e:
+            log.warning("budget actor failed (%s): planning locally until it is back", type(e).__name__)
+            self._actor, self._next_try = None, time.monotonic() + self.retry_s
+            return None
+
+    def stats(self) -> dict[str, int]:
+        return {"global_plans": self.global_plans, "local_plans": self.local_plans}
