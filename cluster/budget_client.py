@@ -23,11 +23,13 @@ log = logging.getLogger(__name__)
 
 class GlobalCapacityPlanner:
     def __init__(self, replica_id: str, group: str = "default", local_capacity: int | None = None,
-                 group_capacity: int | None = None, deadline_s: float = 0.002, retry_s: float = 1.0) -> None:
+                 group_capacity: int | None = None, deadline_s: float = 0.002, retry_s: float = 1.0,
+                 cost_table_json: str | None = None) -> None:
         self.replica_id, self.group = replica_id, group
         self.local_capacity = local_capacity  # this replica's share when planning alone (None: no cap)
         self.group_capacity = group_capacity
         self.deadline_s, self.retry_s = deadline_s, retry_s
+        self.cost_table_json = cost_table_json  # registered with the actor (a restarted actor gets it again)
         self.global_plans = self.local_plans = 0
         self._actor = None
         self._pending = None
@@ -37,7 +39,7 @@ class GlobalCapacityPlanner:
         if self._actor is None and time.monotonic() >= self._next_try:
             try:
                 self._actor = budget_actor_handle()
-                self._actor.register.remote(self.replica_id, self.group, self.group_capacity)
+                self._actor.register.remote(self.replica_id, self.group, self.group_capacity, self.cost_table_json)
             except RayError as e:  # pragma: no cover - depends on the cluster's state
                 log.warning("budget actor unavailable (%s): planning locally", e)
                 self._actor, self._next_try = None, time.monotonic() + self.retry_s
@@ -94,3 +96,17 @@ class GlobalCapacityPlanner:
 
     def stats(self) -> dict[str, int]:
         return {"global_plans": self.global_plans, "local_plans": self.local_plans}
+
+
+def attach_global_budget(engine, replica_id: str, group: str = "default", local_capacity: int | None = None,
+                         group_capacity: int | None = None, ready_timeout_s: float = 60.0,
+                         **kw) -> GlobalCapacityPlanner | None:
+    """Wire an engine with verify='adaptive-global' to the cluster's budget actor (a replica's warm-up).
+    Engines in other modes are left alone (None)."""
+    if engine.adaptive is None or engine.config.spec.verify != "adaptive-global":
+        return None
+    planner = GlobalCapacityPlanner(replica_id, group, local_capacity, group_capacity,
+                                    cost_table_json=engine.adaptive.cost.to_json(), **kw)
+    planner.wait_ready(ready_timeout_s)
+    engine.adaptive.capacity_planner = planner
+    return planner

@@ -100,11 +100,11 @@ def _spec(mode: str, default_k: int) -> SpecConfig:
 
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None,
-              repeat: int = 1) -> list[BenchRow]:
+              repeat: int = 1, kv_cache_memory_gb: float = 1.0) -> list[BenchRow]:
     """Every configuration `repeat` times, the repeats interleaved (noise hits all configurations alike);
     each row reports the median tokens/s and keeps every sample."""
-    runs = [_run_plan(workloads, concurrencies, modes, k, max_tokens, peers, prompts_per_slot, seed, dtype, r, repeat)
-            for r in range(repeat)]
+    runs = [_run_plan(workloads, concurrencies, modes, k, max_tokens, peers, prompts_per_slot, seed, dtype, r, repeat,
+                      kv_cache_memory_gb) for r in range(repeat)]
     rows = []
     for group in zip(*runs):
         samples = [g.output_tokens_per_s for g in group]
@@ -120,11 +120,13 @@ _HF: dict[str, object] = {}
 
 
 def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
-              peers: list[str], prompts_per_slot: int, seed: int, dtype: str, rep: int, repeat: int) -> list[BenchRow]:
+              peers: list[str], prompts_per_slot: int, seed: int, dtype: str, rep: int, repeat: int,
+              kv_cache_memory_gb: float = 1.0) -> list[BenchRow]:
     from transformers import AutoModelForCausalLM
 
     engines = {m: _ENGINES.get((m, k, dtype)) or _ENGINES.setdefault(
-        (m, k, dtype), LLMEngine(EngineConfig(dtype=dtype, spec=_spec(m, k)))) for m in modes}
+        (m, k, dtype), LLMEngine(EngineConfig(dtype=dtype, kv_cache_memory_gb=kv_cache_memory_gb, spec=_spec(m, k))))
+        for m in modes}
     any_engine = next(iter(engines.values()))
     tok = any_engine.tokenizer
     hf = None

@@ -35,7 +35,7 @@ def ray_local():
 def test_engine_plans_globally_and_falls_back_when_the_actor_dies(ray_local, tiny_target, tiny_draft, tmp_path,
                                                                   monkeypatch):
     from cluster.budget_actor import ACTOR_NAME, NAMESPACE
-    from cluster.budget_client import GlobalCapacityPlanner
+    from cluster.budget_client import attach_global_budget
     from workers.config import EngineConfig, SamplingParams, SpecConfig
     from workers.engine import LLMEngine
 
@@ -45,10 +45,9 @@ def test_engine_plans_globally_and_falls_back_when_the_actor_dies(ray_local, tin
     base = [r.output_ids for r in LLMEngine(EngineConfig(model=str(tiny_target))).generate(prompts, sp)]
     spec = SpecConfig(method="draft", k=4, draft_model=str(tiny_draft), verify="adaptive-global", cost_table_budget_s=3)
     eng = LLMEngine(EngineConfig(model=str(tiny_target), spec=spec))
-    planner = GlobalCapacityPlanner("replica-0", group="gpu-3", local_capacity=4, group_capacity=6,
-                                    deadline_s=0.5, retry_s=0.0)
-    eng.adaptive.capacity_planner = planner
-    assert planner.wait_ready()
+    planner = attach_global_budget(eng, "replica-0", group="gpu-3", local_capacity=4, group_capacity=6,
+                                   deadline_s=0.5, retry_s=0.0)
+    assert planner is not None and eng.adaptive.capacity_planner is planner
     assert [r.output_ids for r in eng.generate(prompts, sp)] == base  # lossless under global caps
     assert planner.global_plans > 0
     ray_local.kill(ray_local.get_actor(ACTOR_NAME, namespace=NAMESPACE), no_restart=True)
@@ -59,4 +58,6 @@ def test_engine_plans_globally_and_falls_back_when_the_actor_dies(ray_local, tin
     assert planner.wait_ready()  # re-created by name by the next replica that asks
     eng.generate(prompts, sp)
     assert planner.stats()["global_plans"] > after["global_plans"]
+    state = ray_local.get(ray_local.get_actor(ACTOR_NAME, namespace=NAMESPACE).state.remote())
+    assert state["replicas"]["replica-0"]["has_cost_table"]  # the new actor holds the replica's cost table again
     assert eng.runner.pool.num_used == 0

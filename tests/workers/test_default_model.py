@@ -37,6 +37,22 @@ def test_greedy_ngram_speculation_is_token_identical_on_sharegpt(engine):
         assert spec_engine.spec_stats.num_accepted_tokens > 0
 
 
+def test_trained_draft_is_lossless_with_fixed_and_adaptive_verification(engine):
+    """The shipped draft (workers/assets): greedy output equals no speculation with fixed k=4 and with
+    adaptive verification (k=7), and it is a trained draft, not a random one."""
+    prompts = sharegpt_prompts(20, seed=0)
+    sp = SamplingParams(max_tokens=64, temperature=0, ignore_eos=True)
+    base = [r.output_ids for r in engine.generate(prompts, sp, chat=True)]
+    for spec in (SpecConfig(method="draft", k=4),
+                 SpecConfig(method="draft", k=7, verify="adaptive", cost_table_budget_s=20)):
+        eng = LLMEngine(EngineConfig(spec=spec))
+        got = [r.output_ids for r in eng.generate(prompts, sp, chat=True)]
+        same = sum(a == b for a, b in zip(base, got))
+        assert same == 20, f"{spec.verify}: {same}/20 identical"
+        if spec.verify == "fixed":
+            assert eng.spec_stats.acceptance_per_position[0] > 0.3  # a random 2-layer draft scores ~0
+
+
 def test_second_turn_prefills_only_new_tokens(engine):
     first = " ".join(sharegpt_prompts(8, seed=3))[:4000]
     sp = SamplingParams(max_tokens=8, temperature=0)

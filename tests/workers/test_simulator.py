@@ -18,3 +18,14 @@ def test_low_load_adaptive_verifies_nearly_everything():
     ada = simulate("adaptive", 7, 2, hw, steps=1500)
     assert ada.tokens_per_s >= 0.95 * k7.tokens_per_s
     assert ada.verified_per_step > 0.7 * k7.verified_per_step
+
+
+def test_shared_drafter_global_allocation_beats_the_fixed_local_split():
+    from workers.simulator_cluster import simulate_shared
+
+    hw, shifts = Roofline(), [1.5, -1.5]
+    kw = dict(steps=400, warmup_steps=150)
+    local = simulate_shared("local", shifts, 8, 16, hw, **kw)
+    glob = simulate_shared("global", shifts, 8, 16, hw, **kw)
+    off = simulate_shared("off", shifts, 8, 16, hw, **kw)
+    assert glob > 1.02 * local and local > off

@@ -1,0 +1,102 @@
+"""Adaptive verification on the real engine: SmolLM2-135M with the trained draft and with n-gram, ShareGPT and
+repetitive prompts, concurrency 1..32: no speculation, fixed k in {2, 4, 7}, adaptive (k <= 7). One run,
+configurations interleaved per concurrency, `--repeat` times (medians). Writes JSON and two PNGs.
+Usage: python benchmarks/adaptive_engine.py [--repeat 2] [--max-tokens 64]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from plot_engine import concurrency_axis  # noqa: E402  (same folder: run as a script)
+from workers.bench import run_bench  # noqa: E402
+
+METHODS = ("draft", "ngram")
+FIXED = (2, 4, 7)
+MODES = ["off"] + [f"{m}:{k}" for m in METHODS for k in FIXED] + [f"{m}:7:adaptive" for m in METHODS]
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """Per proposer, workload and concurrency: adaptive / max(off, best fixed k) and fixed k=7 / off."""
+    tps = {(r["mode"], r["k"], r["workload"], r["concurrency"]): r["output_tokens_per_s"] for r in rows}
+    out = []
+    for (mode, k, w, c), v in sorted(tps.items()):
+        if not mode.endswith("-adaptive"):
+            continue
+        m = mode.split("-")[0]
+        off = tps[("off", 0, w, c)]
+        fixed = {kk: tps[(m, kk, w, c)] for kk in FIXED}
+        best_k = max(fixed, key=fixed.get)
+        out.append({"method": m, "workload": w, "concurrency": c, "off": round(off, 2),
+                    "best_fixed_k": best_k, "best_fixed": round(fixed[best_k], 2), "adaptive": round(v, 2),
+                    "adaptive_vs_best": round(v / max(off, fixed[best_k]), 4),
+                    "adaptive_vs_off": round(v / off, 4), "fixed7_vs_off": round(fixed[7] / off, 4)})
+    return out
+
+
+def plot(rows: list[dict], throughput_png: Path, acceptance_png: Path) -> None:
+    workloads = sorted({r["workload"] for r in rows})
+    fig, axes = plt.subplots(len(METHODS), len(workloads), figsize=(12, 8), squeeze=False)
+    for i, m in enumerate(METHODS):
+        for j, w in enumerate(workloads):
+            ax = axes[i][j]
+            off = {r["concurrency"]: r["output_tokens_per_s"] for r in rows if r["mode"] == "off" and r["workload"] == w}
+            series = defaultdict(list)
+            for r in rows:
+                if r["workload"] == w and r["mode"].split("-")[0] == m:
+                    label = "adaptive (k<=7)" if r["mode"].endswith("adaptive") else f"fixed k={r['k']}"
+                    series[label].append((r["concurrency"], r["output_tokens_per_s"] / off[r["concurrency"]]))
+            for label, pts in sorted(series.items()):
+                pts.sort()
+                ax.plot([c for c, _ in pts], [v for _, v in pts], "-o" if "adaptive" in label else ":s", label=label,
+                        linewidth=2.5 if "adaptive" in label else 1.2)
+            ax.axhline(1.0, color="gray", linewidth=1)
+            concurrency_axis(ax, "concurrency (closed loop)", "tokens/s / no speculation",
+                             f"{'trained draft' if m == 'draft' else 'n-gram'}, {w}")
+    fig.suptitle("SmolLM2-135M target, bf16, 2 CPU cores")
+    fig.tight_layout()
+    fig.savefig(throughput_png, dpi=110)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for m, w, style in [("draft", "sharegpt", "-o"), ("draft", "repetitive", "--o"), ("ngram", "sharegpt", "-s"),
+                        ("ngram", "repetitive", "--s")]:
+        r = next((r for r in rows if r["mode"] == m and r["k"] == 7 and r["workload"] == w and r["concurrency"] == 1),
+                 None)
+        if r and r["acceptance_per_position"]:
+            acc = r["acceptance_per_position"]
+            ax.plot(range(1, len(acc) + 1), acc, style, label=f"{'trained draft' if m == 'draft' else 'n-gram'}, {w}")
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("fraction of steps accepted up to here")
+    ax.set_title("Acceptance per position (fixed k=7, concurrency 1)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(acceptance_png, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--concurrency", default="1,2,4,8,16,32")
+    ap.add_argument("--out", default="benchmarks/results/adaptive_engine_cpu.json")
+    args = ap.parse_args()
+    rows = run_bench(["sharegpt", "repetitive"], [int(c) for c in args.concurrency.split(",")], MODES, 7,
+                     args.max_tokens, [], 1, 0, "auto", None, repeat=args.repeat, kv_cache_memory_gb=0.5)
+    data = [r.__dict__ for r in rows]
+    summary = summarise(data)
+    Path(args.out).write_text(json.dumps({"modes": MODES, "repeat": args.repeat, "max_tokens": args.max_tokens,
+                                          "summary": summary, "rows": data}, indent=1))
+    plot(data, Path("docs/adaptive_engine_throughput.png"), Path("docs/acceptance_per_position.png"))
+    for s in summary:
+        print(json.dumps(s))
+
+
+if __name__ == "__main__":
+    main()
