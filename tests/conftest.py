@@ -47,3 +47,9 @@ def default_model_dir() -> Path:
     from workers.model_store import resolve_model
 
     return resolve_model(None)
+
+
+@pytest.fixture(scope="session")
+def tiny_full_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama over the default model's whole vocabulary: real text and chat templates work."""
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny_full_vocab"), seed=3, vocab=49152, hidden=64)

@@ -1,12 +1,15 @@
 """An asyncio front for the engine: a background thread runs the step loop; callers stream token deltas.
 
-The engine itself is single-threaded; a lock serialises add/abort with steps, and the event loop never waits
-on it directly (those calls go through a worker thread). Cancelling a stream aborts its request, which frees
-its KV blocks at once.
+The engine itself is single-threaded; a lock serialises add with steps, and the event loop never waits on it
+directly (adds go through a worker thread). Cancelling a stream aborts its request before the next step,
+which frees its KV blocks: the abort is queued for the step thread without awaiting anything, because a
+cancelled task may not be able to await in its cleanup (anyio cancel scopes, as Starlette uses for a client
+that disconnects, cancel every await made inside them).
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 from collections.abc import AsyncIterator
 
@@ -21,13 +24,18 @@ class AsyncLLMEngine:
         self._wake = threading.Event()
         self._queues: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[RequestOutput | BaseException]]] = {}
         self._stopped = False
+        self._aborts: collections.deque[str] = collections.deque()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="engine-loop", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         while not self._stopped:
-            if not self.engine.has_unfinished():
+            aborted = False
+            while self._aborts:
+                self._abort(self._aborts.popleft())
+                aborted = True
+            if not self.engine.has_unfinished() and not aborted:  # (a step after aborts collects them)
                 self._wake.wait(0.05)
                 self._wake.clear()
                 continue
@@ -78,7 +86,8 @@ class AsyncLLMEngine:
         finally:
             self._queues.pop(rid, None)
             if not finished:
-                await asyncio.to_thread(self._abort, rid)
+                self._aborts.append(rid)  # no await here: see the module docstring
+                self._wake.set()
 
     def shutdown(self) -> None:
         self._stopped = True

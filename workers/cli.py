@@ -97,10 +97,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, extend=None) -> int:
+    """`extend(subparsers, add_engine_args)` lets higher layers add commands (router/cli.py adds `serve`)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser(prog="specfleet", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
+    if extend is not None:
+        extend(sub, _add_engine_args)
     p = sub.add_parser("prepare-model", help="convert the embedded default model once (GGUF -> safetensors)")
     p.add_argument("--force", action="store_true")
     p.set_defaults(fn=cmd_prepare_model)

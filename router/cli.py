@@ -1,0 +1,38 @@
+"""`specfleet` entry point: the engine's commands (workers/cli.py) plus `serve` (the HTTP API)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _add_serve(sub, add_engine_args) -> None:
+    p = sub.add_parser("serve", help="serve the OpenAI-compatible HTTP API")
+    add_engine_args(p)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=os.environ.get("SPECFLEET_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on /v1 (default: $SPECFLEET_API_KEY; none)")
+    p.add_argument("--local", action="store_true", help="one engine in this process, no Ray")
+    p.set_defaults(fn=cmd_serve, spec="ngram", verify="adaptive")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from workers.config import EngineConfig, SpecConfig
+
+    spec = SpecConfig(method=args.spec, k=args.k, draft_model=args.draft_model, verify=args.verify)
+    config = EngineConfig(model=args.model, dtype=args.dtype, spec=spec)
+    from router.server import serve_local
+
+    serve_local(config, args.host, args.port, args.api_key)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from workers.cli import main as engine_main
+
+    return engine_main(argv, extend=_add_serve)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
