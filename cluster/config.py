@@ -1,0 +1,66 @@
+"""ClusterConfig: the one schema for `serve deploy` YAML (application args), `specfleet serve` and KubeRay.
+
+Every field is described; choices are `Literal`s. `serve_config.yaml` and the KubeRay manifests are checked
+against it in the tests.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from workers.config import EngineConfig
+
+
+class PlacementConfig(BaseModel):
+    """Where replicas run. On CPU-only clusters leave the GPU counts at 0."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    replica_cpus: float = Field(1.0, ge=0, description="Logical CPUs reserved per target replica.")
+    replica_gpus: float = Field(0.0, ge=0, description="GPUs per target replica (0 on CPU).")
+    ingress_cpus: float = Field(0.5, ge=0, description="Logical CPUs reserved for the HTTP ingress.")
+
+
+class HTTPConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field("127.0.0.1", description="Bind address of the HTTP proxy (0.0.0.0 only behind a gateway).")
+    port: int = Field(8000, ge=1, le=65535, description="HTTP port.")
+    api_key_env: str | None = Field(None, description="Name of an environment variable holding the API key; "
+                                    "when set, /v1 requires 'Authorization: Bearer <key>'. The key itself never "
+                                    "appears in config files, logs or metrics.")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest accepted request body.")
+    max_inflight: int = Field(256, ge=1, description="Requests in flight per ingress before answering 503.")
+    default_max_tokens: int = Field(256, ge=1, description="max_tokens when a request gives none.")
+
+
+class BudgetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    drafter_group: str = Field("default", description="Replicas sharing one drafter GPU share this group name.")
+    group_capacity: int | None = Field(None, ge=1, description="Draft positions per step the shared drafter "
+                                       "serves for the whole group (None: drafters are not shared).")
+
+
+class ClusterConfig(BaseModel):
+    """A specfleet deployment: the served model, its engine, how many replicas, where they run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_name: str | None = Field(None, description="Name clients use in 'model'; default: the engine's model.")
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="Engine of every replica.")
+    replicas: int = Field(1, ge=1, le=64, description="Target replicas (each owns an engine loop).")
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    http: HTTPConfig = Field(default_factory=HTTPConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    prefix_affinity_tokens: int = Field(64, ge=0, description="Prompt tokens hashed for prefix affinity in the "
+                                        "router (0 disables it).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ClusterConfig":
+        if self.engine.spec.verify == "adaptive-global" and self.engine.spec.method == "off":
+            raise ValueError("verify 'adaptive-global' needs speculation (engine.spec.method ngram or draft)")
+        return self
+
+    @property
+    def served_name(self) -> str:
+        return self.model_name or self.engine.model

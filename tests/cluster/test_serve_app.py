@@ -1,0 +1,50 @@
+"""The Ray Serve application end to end: 2 target replicas behind the ingress, real HTTP, the openai client."""
+import os
+import socket
+
+import openai
+import pytest
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def serve_app(tiny_full_vocab):
+    ray = pytest.importorskip("ray")
+    from ray import serve
+
+    from cluster.app import build_app
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # loopback-only test cluster
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=8, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    args = {"replicas": 2, "placement": {"replica_cpus": 1, "ingress_cpus": 0.5}, "model_name": "tiny",
+            "engine": {"model": str(tiny_full_vocab), "spec": {"method": "ngram", "k": 4}}}
+    serve.run(build_app(args), name="specfleet", route_prefix="/")
+    yield f"http://127.0.0.1:{port}"
+    serve.shutdown()
+    ray.shutdown()
+
+
+def test_openai_client_through_the_cluster(serve_app):
+    client = openai.OpenAI(base_url=serve_app + "/v1", api_key="none", max_retries=0)
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    chunks = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello"}],
+                                                 max_tokens=10, temperature=0, stream=True,
+                                                 stream_options={"include_usage": True},
+                                                 extra_body={"ignore_eos": True}))
+    assert chunks[-1].usage.completion_tokens == 10
+    texts = {client.completions.create(model="tiny", prompt=f"request {i}", max_tokens=4, temperature=0,
+                                       extra_body={"ignore_eos": True}).usage.completion_tokens for i in range(6)}
+    assert texts == {4}
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="tiny", prompt="x", max_tokens=4, temperature=-2)
