@@ -6,7 +6,8 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv model serve test test-fast bench gpu-assets gpu-check clean
+
+.PHONY: venv model serve demo test test-fast bench gpu-assets gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +23,11 @@ venv: $(STAMP)
 model: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/specfleet prepare-model
 
+# The OpenAI-compatible API on http://127.0.0.1:8000/v1 (a local Ray cluster; Ctrl-C stops it).
 serve: model
+	HF_HUB_OFFLINE=1 $(VENV)/bin/specfleet serve
+
+demo: model
 	HF_HUB_OFFLINE=1 $(VENV)/bin/specfleet demo
 
 test: model

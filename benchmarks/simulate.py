@@ -29,7 +29,7 @@ def main(out_json: str, out_png: str) -> None:
     results = {}
     fig, axes = plt.subplots(1, len(TARGETS), figsize=(13, 4.5))
     for ax, (name, hw) in zip(axes, TARGETS.items()):
-        rows = sweep(hw, CONC, [1, 2, 4, 7])
+        rows = sweep(hw, CONC, [1, 2, 3, 4, 5, 6, 7])
         results[name] = {"rows": rows, "summary": summary(rows)}
         off = {r["concurrency"]: r["tokens_per_s"] for r in rows if r["mode"] == "off"}
         for mode, k, style in [("fixed", 1, ":"), ("fixed", 2, ":"), ("fixed", 4, ":"), ("fixed", 7, "--"),

@@ -4,7 +4,7 @@ What is global about it: replicas that draw their drafts from one shared drafter
 capacity, C draft positions per step. Alone, a replica can only assume its share C/R; the actor holds the
 latest survival scores of every replica in a drafter group (and their cost tables) and gives the capacity to
 the positions most likely to survive anywhere (`workers.budget.allocate_capacity`). In the simulator this
-gave +6% (4 requests per replica) to +9% (32) over the local split (docs/architecture.md). Each replica still
+gave +2% to +10% over the local split at 1..128 requests per replica (docs/performance.md). Each replica still
 decides its verify lengths itself, within the caps, with its own cost table.
 
 Replicas ask for the plan of step t+1 while step t runs (see `GlobalCapacityPlanner`), so the actor is off
@@ -20,6 +20,7 @@ import ray
 import torch
 
 from workers.budget import allocate_capacity
+from workers.cost_table import CostTable
 
 ACTOR_NAME = "specfleet-budget"
 NAMESPACE = "specfleet"
@@ -30,7 +31,8 @@ class _ReplicaBoard:
     group: str
     req_ids: list[str] = field(default_factory=list)
     scores: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
-    cost_table: str | None = None  # the replica's warm-up cost table (JSON), kept for inspection and restarts
+    cost_table: CostTable | None = None  # the replica's warm-up cost table: prices its verify positions
+    base_tokens: int = 0  # tokens its current step computes anyway
     estimator: dict | None = None
     updated: float = 0.0
 
@@ -45,7 +47,8 @@ class BudgetActor:
         self.plans = 0
 
     def register(self, replica_id: str, group: str, capacity: int | None = None, cost_table: str | None = None) -> None:
-        self.boards[replica_id] = _ReplicaBoard(group, cost_table=cost_table, updated=time.monotonic())
+        table = CostTable.from_json(cost_table) if cost_table else None
+        self.boards[replica_id] = _ReplicaBoard(group, cost_table=table, updated=time.monotonic())
         if capacity is not None:
             self.group_capacity[group] = int(capacity)
 
@@ -53,18 +56,24 @@ class BudgetActor:
         if replica_id in self.boards:
             self.boards[replica_id].estimator = state
 
-    def plan(self, replica_id: str, req_ids: list[str], scores: np.ndarray) -> dict[str, int]:
-        """Record this replica's scores [B, K]; return draft caps for its requests, allocated over the
-        latest scores of every live replica in its drafter group."""
+    def plan(self, replica_id: str, req_ids: list[str], scores: np.ndarray, base_tokens: int | None = None
+             ) -> dict[str, int]:
+        """Record this replica's scores [B, K] (the positions it wants); return draft caps for its requests,
+        allocated over the latest scores of every live replica in its drafter group, priced with their cost
+        tables when every one registered one."""
         board = self.boards.get(replica_id) or self.boards.setdefault(replica_id, _ReplicaBoard("default"))
         board.req_ids, board.scores, board.updated = list(req_ids), np.asarray(scores, dtype=np.float32), time.monotonic()
+        board.base_tokens = base_tokens if base_tokens is not None else len(req_ids)
         capacity = self.group_capacity.get(board.group)
         if capacity is None:  # an unshared drafter: no cap beyond each replica's own policy
             return {r: int(board.scores.shape[1]) for r in req_ids}
         now = time.monotonic()
         peers = [rid for rid, b in self.boards.items()
                  if b.group == board.group and now - b.updated <= self.stale_s and len(b.req_ids)]
-        caps = allocate_capacity([torch.from_numpy(self.boards[rid].scores) for rid in peers], capacity)
+        boards = [self.boards[rid] for rid in peers]
+        costs = [(b.cost_table, len(b.req_ids), b.base_tokens) for b in boards] \
+            if all(b.cost_table is not None for b in boards) else None
+        caps = allocate_capacity([torch.from_numpy(b.scores) for b in boards], capacity, costs)
         self.plans += 1
         mine = caps[peers.index(replica_id)].tolist() if replica_id in peers else []
         return dict(zip(req_ids, mine))

@@ -13,6 +13,7 @@ def _add_serve(sub, add_engine_args) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=os.environ.get("SPECFLEET_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on /v1 (default: $SPECFLEET_API_KEY; none)")
+    p.add_argument("--replicas", type=int, default=1, help="target replicas (Ray Serve)")
     p.add_argument("--local", action="store_true", help="one engine in this process, no Ray")
     p.set_defaults(fn=cmd_serve, spec="ngram", verify="adaptive")
 
@@ -21,10 +22,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from workers.config import EngineConfig, SpecConfig
 
     spec = SpecConfig(method=args.spec, k=args.k, draft_model=args.draft_model, verify=args.verify)
-    config = EngineConfig(model=args.model, dtype=args.dtype, spec=spec)
-    from router.server import serve_local
+    engine = EngineConfig(model=args.model, dtype=args.dtype, spec=spec)
+    if args.local:
+        from router.server import serve_local
 
-    serve_local(config, args.host, args.port, args.api_key)
+        serve_local(engine, args.host, args.port, args.api_key)
+        return 0
+    from cluster.config import ClusterConfig, HTTPConfig
+    from cluster.launch import run_local_cluster
+
+    if args.api_key:
+        os.environ["SPECFLEET_API_KEY"] = args.api_key
+    cfg = ClusterConfig(engine=engine, replicas=args.replicas,
+                        http=HTTPConfig(host=args.host, port=args.port,
+                                        api_key_env="SPECFLEET_API_KEY" if args.api_key else None))
+    run_local_cluster(cfg)
     return 0
 
 

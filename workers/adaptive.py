@@ -79,8 +79,9 @@ class AdaptiveVerifier:
             prefill_tokens = sum(c for _, c in plan.prefills)
             caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens, float(B),
                                          self.overhead_s, self.draft_cost.lookup(B, B))
-        if self.capacity_planner is not None:
-            caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], scores))
+        if self.capacity_planner is not None:  # shared drafter: offer only the positions this replica wants
+            wanted = scores * (torch.arange(scores.shape[1])[None, :] < caps[:, None])
+            caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], wanted))
         plan.decodes = [(r, int(c)) for r, c in zip(reqs, torch.minimum(n, caps))]
 
     @property

@@ -58,15 +58,36 @@ def choose_verify_lengths(
     return torch.bincount(best_taken // K, minlength=B)
 
 
-def allocate_capacity(scores: list[torch.Tensor], capacity: int) -> list[torch.Tensor]:
-    """Share `capacity` draft positions among several batches (e.g. replicas sharing one drafter GPU):
-    the positions with the highest survival anywhere win. scores: [B_r, K] each -> per-request caps [B_r]."""
+def allocate_capacity(scores: list[torch.Tensor], capacity: int,
+                      costs: list[tuple[CostTable, int, int]] | None = None) -> list[torch.Tensor]:
+    """Share `capacity` draft positions among several batches (e.g. replicas sharing one drafter GPU).
+    scores: [B_r, K] survival each -> per-request caps [B_r].
+
+    Without `costs`, the positions with the highest survival anywhere win. With each batch's (cost table,
+    requests, step tokens), positions are ranked by what they add to the SUM of the batches' tokens per
+    second: a position on a batch whose step is already compute-bound is worth less than a slightly less
+    likely one on a memory-bound batch, where verifying it is nearly free. Each batch's marginal gains are
+    made non-increasing (running minimum), so the positions taken are a prefix of its own ranking."""
     if not scores:
         return []
     K = max(s.shape[1] for s in scores)
-    padded = torch.cat([torch.nn.functional.pad(s, (0, K - s.shape[1])) for s in scores])
-    flat = padded.flatten()
-    order = (flat - torch.arange(K).repeat(len(padded)) * 1e-9).argsort(descending=True)
-    chosen = order[: min(capacity, int((flat > 0).sum()))]
-    caps = torch.bincount(chosen // K, minlength=len(padded))
-    return list(caps.split([s.shape[0] for s in scores]))
+    orders, keys = [], []
+    for i, s in enumerate(scores):
+        s = torch.nn.functional.pad(s, (0, K - s.shape[1]))
+        flat = s.flatten()
+        order = (flat - torch.arange(K).repeat(len(s)) * 1e-9).argsort(descending=True)[: int((flat > 0).sum())]
+        if costs is None:
+            gain = flat[order]
+        else:
+            table, requests, base = costs[i]
+            expected = requests + torch.cat([torch.zeros(1), flat[order].cumsum(0)])
+            rate = expected / table.lookup_many(requests, base + torch.arange(len(order) + 1)).float()
+            gain = torch.cummin(rate[1:] - rate[:-1], 0).values if len(order) else rate[:0]
+        orders.append(order)
+        keys.append(gain)
+    owner = torch.cat([torch.full((len(o),), i) for i, o in enumerate(orders)])
+    key = torch.cat(keys)
+    rank = torch.cat([torch.arange(len(o)) for o in orders])
+    chosen = (key - rank * 1e-12).argsort(descending=True)[: min(capacity, int((key > 0).sum()))]
+    counts = torch.bincount(owner[chosen], minlength=len(scores))
+    return [torch.bincount(o[: int(n)] // K, minlength=s.shape[0]) for o, n, s in zip(orders, counts, scores)]

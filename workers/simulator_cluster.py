@@ -3,8 +3,9 @@
 The global part of the budget actor: replicas whose drafts come from one shared drafter GPU (MPS) compete
 for its capacity, C draft positions per step. Locally each replica can only assume its share C/R and spend
 it on its own best positions; the actor sees every replica's survival scores and gives the capacity to the
-positions most likely to survive anywhere (`allocate_capacity`). Then each replica applies its own policy
-(`choose_verify_lengths`, drafting priced in) within its caps. Same estimator and policy code as the engine.
+positions most likely to survive anywhere (`allocate_capacity`) among those each replica wants (its own
+policy's choice, drafting priced in: a replica whose step is already compute-bound does not ask for deep
+positions). Then each replica applies its own policy within its caps. Same estimator and policy code as the engine.
 Replicas differ in how predictable their traffic is (a logit shift of the seed-notes profile per replica).
 """
 from __future__ import annotations
@@ -52,14 +53,17 @@ def simulate_shared(allocation: str, shifts: list[float], concurrency: int, capa
             for r in reps:
                 r.t = r.tokens = 0.0
         scores = [survival(r.est.predict(r.feat), torch.full((c,), k)) for r in reps]
+        if all(r.est.ready for r in reps):  # each replica offers only the positions it wants (as the engine)
+            wanted = [choose_verify_lengths(s, table, c, c, float(c), draft_step_s=hw.draft_s(1)) for s in scores]
+            scores = [s * (torch.arange(k)[None, :] < w[:, None]) for s, w in zip(scores, wanted)]
         if allocation == "off":
             caps = [torch.zeros(c, dtype=torch.long)] * len(reps)
         elif capacity is None or not all(r.est.ready for r in reps):
             caps = [torch.full((c,), k)] * len(reps)
         elif allocation == "global":
-            caps = allocate_capacity(scores, capacity)
+            caps = allocate_capacity(scores, capacity, [(table, c, c)] * len(reps))
         else:
-            caps = [allocate_capacity([s], capacity // len(reps))[0] for s in scores]
+            caps = [allocate_capacity([s], capacity // len(reps), [(table, c, c)])[0] for s in scores]
         ok_all = torch.rand(len(reps), c, K_MAX, generator=gen)[:, :, :k]
         for r, s, cap, ok in zip(reps, scores, caps, ok_all):
             capped = s * (torch.arange(k)[None, :] < cap[:, None])

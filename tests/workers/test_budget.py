@@ -97,3 +97,13 @@ def test_shared_capacity_goes_to_the_most_likely_positions_across_batches():
     assert caps[0].tolist() == [4, 4] and caps[1].tolist() == [1, 1, 0]  # 0.9^4=0.66 beats 0.3
     assert sum(int(c.sum()) for c in caps) == 10
     assert [c.tolist() for c in allocate_capacity([confident], 100)] == [[4, 4]]
+
+
+def test_priced_capacity_prefers_the_batch_where_verifying_is_nearly_free():
+    confident = survival(torch.full((2, 4), 0.9), torch.full((2,), 4))
+    doubtful = survival(torch.full((2, 4), 0.5), torch.full((2,), 4))
+    steep = _table(5e-3, fixed_s=0.0)  # compute-bound: each position costs as much as a token
+    flat = _table(1e-6)  # memory-bound: positions are nearly free
+    caps = allocate_capacity([confident, doubtful], 4, [(steep, 2, 2), (flat, 2, 2)])
+    assert caps[1].sum() == 4 and caps[0].sum() == 0
+    assert [c.tolist() for c in allocate_capacity([confident, doubtful], 4)] == [[2, 2], [0, 0]]  # unpriced
