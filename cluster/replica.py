@@ -31,6 +31,10 @@ class TargetReplica:
             b = self.config.budget
             share = None if b.group_capacity is None else max(1, b.group_capacity // self.config.replicas)
             self.planner = attach_global_budget(self.engine, replica_id, b.drafter_group, share, b.group_capacity)
+        from cluster.metrics import ReplicaMetrics
+
+        self.metrics = ReplicaMetrics(replica_id)
+        self._metrics_stop = self.metrics.start(self.stats)
         log.info("replica %s ready in %.1f s", replica_id, time.perf_counter() - t0)
 
     def _encode(self, prompt, messages) -> list[int]:
@@ -55,6 +59,8 @@ class TargetReplica:
                         "finish_reason": out.finish_reason}
                 if out.finished and out.request is not None:
                     r = out.request
+                    ttft = None if r.first_token_time is None else r.first_token_time - r.arrival
+                    self.metrics.observe_latency(ttft, r.itl)
                     item.update(prompt_tokens=r.num_prompt, completion_tokens=r.num_output,
                                 spec_decode=r.spec.to_dict() if self.engine.proposer is not None else None)
                 yield item
@@ -66,4 +72,8 @@ class TargetReplica:
         s["replica_id"] = self.replica_id
         if self.planner is not None:
             s["budget"] = self.planner.stats()
+        ada = self.engine.adaptive
+        if ada is not None and self.engine.num_steps:
+            s["adaptive"] = {"verified_per_step": ada.verified_positions / self.engine.num_steps,
+                             "offered_positions": ada.offered_positions, "drafted_positions": ada.drafted_positions}
         return s

@@ -78,16 +78,22 @@ class LogisticEstimator:
 
 
 class NgramEstimator:
-    def __init__(self, k: int, max_match: int = 16, prior: tuple[float, float] = (1.0, 1.0)) -> None:
+    """Acceptance by (match length, position), shrunk towards the position's overall rate (strength
+    `prior_strength` outcomes): sparse cells start at what that position does on average, not at 0.5 (a
+    flat Beta(1, 1) prior made rarely seen long matches look like coin flips and over-verified ShareGPT)."""
+
+    def __init__(self, k: int, max_match: int = 16, prior_strength: float = 4.0) -> None:
         self.k = k
         self.max_match = max_match
-        self.acc = torch.full((max_match + 1, k), prior[0])
-        self.tot = torch.full((max_match + 1, k), prior[0] + prior[1])
+        self.strength = prior_strength
+        self.acc = torch.zeros(max_match + 1, k)
+        self.tot = torch.zeros(max_match + 1, k)
 
     def predict(self, features: torch.Tensor) -> torch.Tensor:  # features[..., 0] = match length
         n = features[..., 0].long().clamp(0, self.max_match)
         pos = torch.arange(features.shape[1]).expand_as(n).clamp(max=self.k - 1)
-        return self.acc[n, pos] / self.tot[n, pos]
+        pos_rate = (self.acc.sum(0) + 1) / (self.tot.sum(0) + 2)  # [k], Beta(1, 1) per position
+        return (self.acc[n, pos] + self.strength * pos_rate[pos]) / (self.tot[n, pos] + self.strength)
 
     def observe(self, features: torch.Tensor, verified: torch.Tensor, accepted: torch.Tensor) -> None:
         seen, label = verification_labels(features.shape[1], verified, accepted)

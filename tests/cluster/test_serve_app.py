@@ -48,3 +48,17 @@ def test_openai_client_through_the_cluster(serve_app):
     assert texts == {4}
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model="tiny", prompt="x", max_tokens=4, temperature=-2)
+
+
+def test_replica_stats_and_metrics(serve_app):
+    from ray import serve
+
+    from cluster.metrics import ReplicaMetrics
+
+    stats = [serve.get_deployment_handle(f"target-{i}", "specfleet").stats.remote().result() for i in range(2)]
+    assert {s["replica_id"] for s in stats} == {"target-0", "target-1"}
+    assert sum(s["spec_decode"]["num_drafts"] for s in stats) > 0
+    m = ReplicaMetrics("test")  # exported through ray.util.metrics; no GPU here: GPU metrics omitted, no crash
+    m.update(stats[0])
+    m.observe_latency(0.05, [0.01, 0.02])
+    assert m.gpu.handles == []
