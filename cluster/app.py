@@ -32,9 +32,31 @@ class Ingress:
                          default_max_tokens=http.default_max_tokens)
 
 
+class PlacementError(ValueError):
+    """The configuration asks for more than the cluster has: fail at once, never hang pending."""
+
+
+def check_placement(cfg: ClusterConfig) -> None:
+    """Compare what the deployments need with the running cluster's resources (when Ray is up)."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    have = ray.cluster_resources()
+    p = cfg.placement
+    need = {"CPU": cfg.replicas * p.replica_cpus + p.ingress_cpus, "GPU": cfg.replicas * p.replica_gpus}
+    short = {k: (v, have.get(k, 0.0)) for k, v in need.items() if v > have.get(k, 0.0) + 1e-9}
+    if short:
+        detail = ", ".join(f"{k}: needs {v:g}, cluster has {h:g}" for k, (v, h) in short.items())
+        raise PlacementError(f"cannot place {cfg.replicas} replica(s) x (CPU {p.replica_cpus:g}, GPU "
+                             f"{p.replica_gpus:g}) + ingress (CPU {p.ingress_cpus:g}): {detail}. Lower "
+                             f"placement.* or replicas, or add nodes.")
+
+
 def build_app(args: dict | None = None) -> serve.Application:
     """Application builder: `args` is a ClusterConfig as a dict (the `args:` of serve_config.yaml)."""
     cfg = ClusterConfig.model_validate(args or {})
+    check_placement(cfg)
     p = cfg.placement
     handles = {}
     for i in range(cfg.replicas):

@@ -53,3 +53,16 @@ def default_model_dir() -> Path:
 def tiny_full_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama over the default model's whole vocabulary: real text and chat templates work."""
     return make_tiny_llama(tmp_path_factory.mktemp("tiny_full_vocab"), seed=3, vocab=49152, hidden=64)
+
+
+@pytest.fixture(scope="session")
+def free_port():
+    """A function returning a free TCP port on 127.0.0.1 (for servers started by tests)."""
+    import socket
+
+    def pick() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    return pick

@@ -101,10 +101,11 @@ def _spec(mode: str, default_k: int) -> SpecConfig:
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None,
               repeat: int = 1, kv_cache_memory_gb: float = 1.0) -> list[BenchRow]:
-    """Every configuration `repeat` times, the repeats interleaved (noise hits all configurations alike);
-    each row reports the median tokens/s and keeps every sample."""
-    runs = [_run_plan(workloads, concurrencies, modes, k, max_tokens, peers, prompts_per_slot, seed, dtype, r, repeat,
-                      kv_cache_memory_gb) for r in range(repeat)]
+    """Every configuration `repeat` times. The repeats of one (workload, concurrency) point run back to back,
+    each cycling through all configurations, so a slow period of this noisy machine hits every configuration
+    of the point alike; each row reports the median tokens/s and keeps every sample."""
+    runs = _run_plan(workloads, concurrencies, modes, k, max_tokens, peers, prompts_per_slot, seed, dtype, repeat,
+                     kv_cache_memory_gb)
     rows = []
     for group in zip(*runs):
         samples = [g.output_tokens_per_s for g in group]
@@ -132,8 +133,8 @@ _HF: dict[str, object] = {}
 
 
 def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
-              peers: list[str], prompts_per_slot: int, seed: int, dtype: str, rep: int, repeat: int,
-              kv_cache_memory_gb: float = 1.0) -> list[BenchRow]:
+              peers: list[str], prompts_per_slot: int, seed: int, dtype: str, repeat: int,
+              kv_cache_memory_gb: float = 1.0) -> list[list[BenchRow]]:
     from transformers import AutoModelForCausalLM
 
     engines = {m: _ENGINES.get((m, k, dtype)) or _ENGINES.setdefault(
@@ -151,35 +152,41 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
                                                              dtype=any_engine.model.dtype).eval()
         hf = _HF["hf"]
     plan = [(w, c) for w in workloads for c in concurrencies]
-    rows: list[BenchRow] = []
-    total = len(plan) * (len(modes) + len(peers))
-    with tqdm(total=total, desc=f"bench {rep + 1}/{repeat}", unit="config") as bar:
+    runs: list[list[BenchRow]] = [[] for _ in range(repeat)]
+    total = len(plan) * (len(modes) + len(peers)) * repeat
+    with tqdm(total=total, desc="bench", unit="config") as bar:
         for w, c in plan:
             texts = workload_prompts(w, max(prompts_per_slot * c, 4), seed)
             prompts = [any_engine.encode_prompt(t, chat=True) for t in texts]
-            for m, eng in engines.items():
-                run_ours(eng, prompts[:2], 2, 4)  # warm-up
-                r = run_ours(eng, prompts, c, max_tokens)
-                spec = eng.config.spec
-                mode = spec.method + (f"-{spec.verify}" if spec.method != "off" and spec.verify != "fixed" else "")
-                rows.append(BenchRow("specfleet", mode, eng.k, None, w, c, len(prompts), **r))
-                bar.set_postfix_str(f"{w} c={c} ours-{m}: {r['output_tokens_per_s']:.1f} tok/s")
-                bar.update()
-            for p in peers:
-                lookup = k if p == "hf-pld" else 0
-                if lookup and c > 1:  # batch-1 only: the c=1 figure applies to every concurrency
-                    prev = next(x for x in rows if x.engine == "hf" and x.mode == "ngram" and x.workload == w
-                                and x.concurrency == min(concurrencies))
-                    rows.append(BenchRow(**{**asdict(prev), "concurrency": c,
-                                            "note": "HF assisted generation runs batch 1 only; measured at c=1"}))
-                else:
-                    r = run_hf(hf, tok, prompts if not lookup else prompts[:max(4, prompts_per_slot)], c, max_tokens,
-                               lookup)
-                    rows.append(BenchRow("hf", "ngram" if lookup else "off", lookup, None, w, c,
-                                         len(prompts) if not lookup else max(4, prompts_per_slot), **r))
-                bar.set_postfix_str(f"{w} c={c} {p}: {rows[-1].output_tokens_per_s:.1f} tok/s")
-                bar.update()
-    return rows
+            for rep in range(repeat):
+                rows = runs[rep]
+                for m, eng in engines.items():
+                    run_ours(eng, prompts[:2], 2, 4)  # warm-up
+                    r = run_ours(eng, prompts, c, max_tokens)
+                    spec = eng.config.spec
+                    mode = spec.method + (f"-{spec.verify}" if spec.method != "off" and spec.verify != "fixed" else "")
+                    rows.append(BenchRow("specfleet", mode, eng.k, None, w, c, len(prompts), **r))
+                    bar.set_postfix_str(f"{w} c={c} ours-{m}: {r['output_tokens_per_s']:.1f} tok/s")
+                    bar.update()
+                for p in peers:
+                    rows.append(_run_peer(p, rows, hf, tok, prompts, w, c, k, max_tokens, prompts_per_slot,
+                                          min(concurrencies)))
+                    bar.set_postfix_str(f"{w} c={c} {p}: {rows[-1].output_tokens_per_s:.1f} tok/s")
+                    bar.update()
+    return runs
+
+
+def _run_peer(p: str, rows: list[BenchRow], hf, tok, prompts, w: str, c: int, k: int, max_tokens: int,
+              prompts_per_slot: int, c_min: int) -> BenchRow:
+    lookup = k if p == "hf-pld" else 0
+    if lookup and c > 1:  # batch-1 only: the c=1 figure applies to every concurrency
+        prev = next(x for x in rows if x.engine == "hf" and x.mode == "ngram" and x.workload == w
+                    and x.concurrency == c_min)
+        return BenchRow(**{**asdict(prev), "concurrency": c,
+                           "note": "HF assisted generation runs batch 1 only; measured at c=1"})
+    r = run_hf(hf, tok, prompts if not lookup else prompts[:max(4, prompts_per_slot)], c, max_tokens, lookup)
+    return BenchRow("hf", "ngram" if lookup else "off", lookup, None, w, c,
+                    len(prompts) if not lookup else max(4, prompts_per_slot), **r)
 
 
 def _write(out: Path, rows: list[BenchRow], max_tokens: int, seed: int, dtype: str, repeat: int) -> None:

@@ -1,4 +1,4 @@
-"""`specfleet` command line: prepare-model, generate, demo, bench (the HTTP server arrives with cluster/)."""
+"""The engine's commands: prepare-model, generate, demo, bench (router/cli.py adds `serve` on top)."""
 from __future__ import annotations
 
 import argparse

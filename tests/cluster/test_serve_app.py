@@ -1,6 +1,5 @@
 """The Ray Serve application end to end: 2 target replicas behind the ingress, real HTTP, the openai client."""
 import os
-import socket
 
 import openai
 import pytest
@@ -8,14 +7,9 @@ import pytest
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
-def serve_app(tiny_full_vocab):
+def serve_app(tiny_full_vocab, free_port):
     ray = pytest.importorskip("ray")
     from ray import serve
 
@@ -25,7 +19,7 @@ def serve_app(tiny_full_vocab):
     if ray.is_initialized():
         ray.shutdown()
     ray.init(num_cpus=8, num_gpus=4, include_dashboard=False, log_to_driver=False)
-    port = _free_port()
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     args = {"replicas": 2, "placement": {"replica_cpus": 1, "ingress_cpus": 0.5}, "model_name": "tiny",
             "engine": {"model": str(tiny_full_vocab), "spec": {"method": "ngram", "k": 4}}}
@@ -62,3 +56,12 @@ def test_replica_stats_and_metrics(serve_app):
     m.update(stats[0])
     m.observe_latency(0.05, [0.01, 0.02])
     assert m.gpu.handles == []
+
+
+def test_a_configuration_that_cannot_be_placed_fails_fast(serve_app):
+    from cluster.app import PlacementError, build_app
+
+    with pytest.raises(PlacementError, match="GPU: needs 8"):
+        build_app({"replicas": 4, "placement": {"replica_cpus": 0.1, "replica_gpus": 2}})
+    with pytest.raises(PlacementError, match="CPU: needs"):
+        build_app({"replicas": 20, "placement": {"replica_cpus": 1}})

@@ -1,6 +1,5 @@
 """The OpenAI-compatible API over a real HTTP server (uvicorn, loopback) and the official `openai` client."""
 import asyncio
-import socket
 import threading
 import time
 
@@ -18,18 +17,13 @@ from workers.engine import LLMEngine
 KEY = "test-key-123"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
-def server(tiny_full_vocab):
+def server(tiny_full_vocab, free_port):
     engine = LLMEngine(EngineConfig(model=str(tiny_full_vocab), spec=SpecConfig(method="ngram", k=4)))
     aengine = AsyncLLMEngine(engine)
     app = build_api(LocalBackend(aengine, "tiny"), api_key=KEY, max_body_bytes=64_000, max_inflight=8)
-    port = _free_port()
+    port = free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     t = threading.Thread(target=srv.run, daemon=True)
     t.start()
