@@ -25,6 +25,7 @@ class TargetReplica:
         self.engine = LLMEngine(self.config.engine)
         self.aengine = AsyncLLMEngine(self.engine)
         self.planner = None
+        self.requests_served = 0
         if self.config.engine.spec.verify == "adaptive-global":
             from cluster.budget_client import attach_global_budget
 
@@ -61,6 +62,7 @@ class TargetReplica:
                     r = out.request
                     ttft = None if r.first_token_time is None else r.first_token_time - r.arrival
                     self.metrics.observe_latency(ttft, r.itl)
+                    self.requests_served += 1
                     item.update(prompt_tokens=r.num_prompt, completion_tokens=r.num_output,
                                 spec_decode=r.spec.to_dict() if self.engine.proposer is not None else None)
                 yield item
@@ -70,6 +72,7 @@ class TargetReplica:
     def stats(self) -> dict:
         s = self.engine.stats()
         s["replica_id"] = self.replica_id
+        s["requests_served"] = self.requests_served
         if self.planner is not None:
             s["budget"] = self.planner.stats()
         ada = self.engine.adaptive
