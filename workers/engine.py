@@ -145,7 +145,7 @@ class LLMEngine:
     # ---- the step ---------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         t_start = time.perf_counter()
-        plan = self.scheduler.schedule(self.k)
+        plan = self.scheduler.schedule(self.k, adaptive_drafts=self.adaptive is not None)
         if plan.empty:
             return self._collect_outputs()
         if self.adaptive is not None:
@@ -226,6 +226,7 @@ class LLMEngine:
         for (b, req, n, _), toks, a in zip(verify, out_l, acc_l):
             if b >= 0:  # a decode step: the input token and the accepted drafts now have valid KV
                 req.num_computed += 1 + a
+                req.last_verified = n
                 req.spec.observe(n, a, a + 1)
                 self.spec_stats.observe(n, a, a + 1)
             else:

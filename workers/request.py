@@ -43,6 +43,7 @@ class Request:
     spec: SpecStats = field(default_factory=SpecStats)
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     num_preemptions: int = 0
+    last_verified: int = 0  # drafts verified in its last decode step (the scheduler's draft reservation)
 
     def __post_init__(self) -> None:
         if not self.tokens:

@@ -65,7 +65,10 @@ class Scheduler:
         self.waiting.appendleft(req)
 
     # ---- the step plan ----------------------------------------------------------------------------------
-    def schedule(self, k: int) -> ScheduledStep:
+    def schedule(self, k: int, adaptive_drafts: bool = False) -> ScheduledStep:
+        """adaptive_drafts: while prompts wait for prefill, reserve budget only for the drafts a request is
+        likely to verify (one more than it verified last step), not for all k: the adaptive policy trims the
+        rest, and budget reserved for trimmed drafts would be lost to prefill for this step."""
         step = ScheduledStep()
         budget = self.token_budget
         prefilling = self.waiting or any(not r.is_decoding for r in self.running)
@@ -73,7 +76,8 @@ class Scheduler:
         for req in list(self.running):
             if req.status is not Status.RUNNING or not req.is_decoding:
                 continue
-            drafts = max(0, min(k, req.max_tokens - req.num_output - 1,
+            want = min(k, req.last_verified + 1) if adaptive_drafts and prefilling else k
+            drafts = max(0, min(want, req.max_tokens - req.num_output - 1,
                                 self.max_model_len - len(req.tokens) - 1, budget - reserve - 1))
             while True:
                 try:
