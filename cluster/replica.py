@@ -39,10 +39,7 @@ class TargetReplica:
         log.info("replica %s ready in %.1f s", replica_id, time.perf_counter() - t0)
 
     def _encode(self, prompt, messages) -> list[int]:
-        if messages is not None:
-            return list(self.engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                                  tokenize=True, return_dict=False))
-        return self.engine.encode_prompt(prompt)
+        return self.engine.encode_chat(messages) if messages is not None else self.engine.encode_prompt(prompt)
 
     async def tokenize(self, prompt, messages) -> list[int]:
         import asyncio

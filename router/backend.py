@@ -49,10 +49,7 @@ class LocalBackend:
 
     def _encode(self, prompt: str | list[int] | None, messages: list[dict[str, str]] | None) -> list[int]:
         eng = self.aengine.engine
-        if messages is not None:
-            return list(eng.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                          return_dict=False))
-        return eng.encode_prompt(prompt)
+        return eng.encode_chat(messages) if messages is not None else eng.encode_prompt(prompt)
 
     async def generate(self, prompt, messages, params, req_id) -> AsyncIterator[Delta]:
         ids = await asyncio.to_thread(self._encode, prompt, messages)

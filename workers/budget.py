@@ -20,6 +20,13 @@ def survival(accept_prob: torch.Tensor, num_drafts: torch.Tensor) -> torch.Tenso
     return s * (torch.arange(K)[None, :] < num_drafts[:, None])
 
 
+def _ranked(flat: torch.Tensor, K: int) -> torch.Tensor:
+    """Indices of the positive scores of a flattened [B, K], best first; ties go to earlier positions, so
+    any top-N is a prefix of every request's drafts."""
+    order = (flat - torch.arange(K).repeat(len(flat) // K) * 1e-9).argsort(descending=True)
+    return order[: int((flat > 0).sum())]
+
+
 def choose_verify_lengths(
     scores: torch.Tensor,  # [B, K] survival, non-increasing along K, 0 where no draft
     cost: CostTable,
@@ -37,12 +44,8 @@ def choose_verify_lengths(
     if B == 0 or K == 0:
         return torch.zeros(B, dtype=torch.long)
     flat = scores.flatten()
-    # Ties are broken towards earlier positions, so the chosen set is a prefix of every request's drafts.
-    key = flat - torch.arange(K).repeat(B) * 1e-9
-    order = key.argsort(descending=True)
-    n_pos = int((flat > 0).sum())
-    order = order[:n_pos]
-    depth_of = order % K + 1  # [n_pos] draft depth each ranked position needs
+    order = _ranked(flat, K)
+    depth_of = order % K + 1  # draft depth each ranked position needs
     best_rate, best_taken = base_emitted / (float(cost.lookup(num_requests, base_tokens)) + fixed_s), order[:0]
     for cap in (range(1, K + 1) if draft_step_s > 0 else (K,)):
         ranked = order[depth_of <= cap] if cap < K else order
@@ -75,7 +78,7 @@ def allocate_capacity(scores: list[torch.Tensor], capacity: int,
     for i, s in enumerate(scores):
         s = torch.nn.functional.pad(s, (0, K - s.shape[1]))
         flat = s.flatten()
-        order = (flat - torch.arange(K).repeat(len(s)) * 1e-9).argsort(descending=True)[: int((flat > 0).sum())]
+        order = _ranked(flat, K)
         if costs is None:
             gain = flat[order]
         else:

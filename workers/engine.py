@@ -101,10 +101,13 @@ class LLMEngine:
         if isinstance(prompt, list):
             return [int(t) for t in prompt]
         if chat:
-            msgs = [{"role": "user", "content": prompt}]
-            return list(self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
-                                                           return_dict=False))
+            return self.encode_chat([{"role": "user", "content": prompt}])
         return self.tokenizer.encode(prompt)
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """A conversation in the model's chat template, ready for the assistant's reply."""
+        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                       return_dict=False))
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     req_id: str | None = None, chat: bool = False) -> str:
