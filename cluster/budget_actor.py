@@ -2,8 +2,8 @@
 
 What is global about it: replicas that draw their drafts from one shared drafter GPU (MPS) compete for its
 capacity, C draft positions per step. Alone, a replica can only assume its share C/R; the actor holds the
-latest survival scores of every replica in a drafter group (and their cost tables) and gives the capacity to
-the positions most likely to survive anywhere (`workers.budget.allocate_capacity`). In the simulator this
+latest survival scores of every replica in a drafter group and their cost tables, and gives the capacity to
+the positions where they add the most tokens per second to the cluster (survival priced with each replica's cost table: a position on a compute-bound replica is worth less) (`workers.budget.allocate_capacity`). In the simulator this
 gave +2% to +10% over the local split at 1..128 requests per replica (docs/performance.md). Each replica still
 decides its verify lengths itself, within the caps, with its own cost table.
 

@@ -3,7 +3,7 @@
 The global part of the budget actor: replicas whose drafts come from one shared drafter GPU (MPS) compete
 for its capacity, C draft positions per step. Locally each replica can only assume its share C/R and spend
 it on its own best positions; the actor sees every replica's survival scores and gives the capacity to the
-positions most likely to survive anywhere (`allocate_capacity`) among those each replica wants (its own
+positions where they add the most tokens per second to the cluster (survival priced with each replica's cost table: a position on a compute-bound replica is worth less) (`allocate_capacity`), among those each replica wants (its own
 policy's choice, drafting priced in: a replica whose step is already compute-bound does not ask for deep
 positions). Then each replica applies its own policy within its caps. Same estimator and policy code as the engine.
 Replicas differ in how predictable their traffic is (a logit shift of the seed-notes profile per replica).
