@@ -7,17 +7,37 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from cluster.mps import MPSConfig
 from workers.config import EngineConfig
 
 
 class PlacementConfig(BaseModel):
-    """Where replicas run. On CPU-only clusters leave the GPU counts at 0."""
+    """Where replicas run. On CPU-only clusters leave the GPU counts at 0.
+
+    A replica is a placement group of engine.tensor_parallel_size bundles on one node: bundle 0 holds the
+    replica itself (shard 0, the engine loop), bundle r shard r."""
 
     model_config = ConfigDict(extra="forbid")
 
-    replica_cpus: float = Field(1.0, ge=0, description="Logical CPUs reserved per target replica.")
-    replica_gpus: float = Field(0.0, ge=0, description="GPUs per target replica (0 on CPU).")
+    replica_cpus: float = Field(1.0, ge=0, description="Logical CPUs of a target replica (its engine loop and "
+                                "shard 0).")
+    gpus_per_shard: float = Field(0.0, ge=0, le=1, description="GPUs of each target shard: 1 on GPU clusters "
+                                  "(a shard is pinned to its own GPU), 0 on CPU.")
+    shard_cpus: float = Field(1.0, ge=0, description="Logical CPUs of each further shard (ranks 1..).")
     ingress_cpus: float = Field(0.5, ge=0, description="Logical CPUs reserved for the HTTP ingress.")
+
+
+class DrafterConfig(BaseModel):
+    """Draft models in their own processes, on GPUs apart from the target shards (engine.spec.method 'draft').
+    0 drafters: each replica drafts in its own process."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(0, ge=0, le=64, description="Drafter deployments; replica i drafts on drafter i % count.")
+    gpus: float = Field(0.0, ge=0, le=1, description="GPU fraction per drafter: 0.5 puts two drafters on one GPU "
+                        "(with MPS, see mps), 0 on CPU. Ray never gives them a GPU a target shard holds.")
+    cpus: float = Field(0.5, ge=0, description="Logical CPUs per drafter.")
+    mps: MPSConfig = Field(default_factory=MPSConfig, description="NVIDIA MPS for drafters sharing a GPU.")
 
 
 class HTTPConfig(BaseModel):
@@ -36,7 +56,8 @@ class HTTPConfig(BaseModel):
 class BudgetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    drafter_group: str = Field("default", description="Replicas sharing one drafter GPU share this group name.")
+    drafter_group: str = Field("default", description="Budget group of replicas drafting in-process (with "
+                               "drafters.count > 0 each drafter is its own group).")
     group_capacity: int | None = Field(None, ge=1, description="Draft positions per step the shared drafter "
                                        "serves for the whole group (None: drafters are not shared).")
 
@@ -51,6 +72,7 @@ class ClusterConfig(BaseModel):
     replicas: int = Field(1, ge=1, le=64, description="Target replicas (each owns an engine loop).")
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     http: HTTPConfig = Field(default_factory=HTTPConfig)
+    drafters: DrafterConfig = Field(default_factory=DrafterConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     prefix_affinity_tokens: int = Field(64, ge=0, description="Prompt tokens hashed for prefix affinity in the "
                                         "router (0 disables it).")
@@ -59,7 +81,13 @@ class ClusterConfig(BaseModel):
     def _check(self) -> "ClusterConfig":
         if self.engine.spec.verify == "adaptive-global" and self.engine.spec.method == "off":
             raise ValueError("verify 'adaptive-global' needs speculation (engine.spec.method ngram or draft)")
+        if self.drafters.count and self.engine.spec.method != "draft":
+            raise ValueError("drafters.count > 0 needs engine.spec.method 'draft' (n-gram drafting is free and "
+                             "runs in the replica)")
         return self
+
+    def drafter_of(self, replica: int) -> int | None:
+        return replica % self.drafters.count if self.drafters.count else None
 
     @property
     def served_name(self) -> str:

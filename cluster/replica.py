@@ -14,7 +14,8 @@ log = logging.getLogger(__name__)
 
 
 class TargetReplica:
-    def __init__(self, config_json: str, replica_id: str) -> None:
+    def __init__(self, config_json: str, replica_id: str, drafter=None) -> None:
+        """`drafter`: the DeploymentHandle of this replica's drafter (drafters.count > 0), else None."""
         from cluster.config import ClusterConfig
         from workers.async_engine import AsyncLLMEngine
         from workers.engine import LLMEngine
@@ -22,16 +23,31 @@ class TargetReplica:
         t0 = time.perf_counter()
         self.config = ClusterConfig.model_validate_json(config_json)
         self.replica_id = replica_id
-        self.engine = LLMEngine(self.config.engine)
+        peers = proposer = None
+        eng, p = self.config.engine, self.config.placement
+        if eng.tensor_parallel_size > 1:
+            from cluster.shards import RayShardPeers
+
+            peers = RayShardPeers(eng.model_dump_json(), eng.tensor_parallel_size, p.shard_cpus, p.gpus_per_shard)
+        if drafter is not None:
+            from cluster.drafter import RemoteProposer
+
+            proposer = RemoteProposer(drafter, replica_id)
+        self.shard_peers, self.remote_proposer = peers, proposer
+        self.engine = LLMEngine(eng, proposer=proposer, shard_peers=peers)
         self.aengine = AsyncLLMEngine(self.engine)
         self.planner = None
         self.requests_served = 0
         if self.config.engine.spec.verify == "adaptive-global":
             from cluster.budget_client import attach_global_budget
 
-            b = self.config.budget
-            share = None if b.group_capacity is None else max(1, b.group_capacity // self.config.replicas)
-            self.planner = attach_global_budget(self.engine, replica_id, b.drafter_group, share, b.group_capacity)
+            b, cfg = self.config.budget, self.config
+            index = int(replica_id.rsplit("-", 1)[-1]) if replica_id[-1].isdigit() else 0
+            j = cfg.drafter_of(index)
+            group = b.drafter_group if j is None else f"drafter-{j}"
+            members = cfg.replicas if j is None else len([i for i in range(cfg.replicas) if cfg.drafter_of(i) == j])
+            share = None if b.group_capacity is None else max(1, b.group_capacity // members)
+            self.planner = attach_global_budget(self.engine, replica_id, group, share, b.group_capacity)
         from cluster.metrics import ReplicaMetrics
 
         self.metrics = ReplicaMetrics(replica_id)
@@ -66,12 +82,26 @@ class TargetReplica:
         except InvalidRequestError as exc:
             yield {"error": str(exc)}
 
+    def placement(self) -> dict:
+        """Where this replica's parts run: its own GPU (shard 0), its shard actors, its drafter."""
+        import os
+
+        import ray
+
+        return {"replica": {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                            "node_id": ray.get_runtime_context().get_node_id()},
+                "shards": [] if self.shard_peers is None else self.shard_peers.describe(),
+                "drafter": None if self.remote_proposer is None else self.remote_proposer.drafter_info}
+
     def stats(self) -> dict:
         s = self.engine.stats()
         s["replica_id"] = self.replica_id
         s["requests_served"] = self.requests_served
         if self.planner is not None:
             s["budget"] = self.planner.stats()
+        if self.remote_proposer is not None:
+            s["drafter"] = self.remote_proposer.stats()
         ada = self.engine.adaptive
         if ada is not None and self.engine.num_steps:
             s["adaptive"] = {"verified_per_step": ada.verified_positions / self.engine.num_steps,

@@ -66,3 +66,9 @@ def free_port():
             return s.getsockname()[1]
 
     return pick
+
+
+@pytest.fixture(scope="session")
+def tiny_full_vocab_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A draft for tiny_full_vocab (same vocabulary, another seed, one layer)."""
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny_full_vocab_draft"), seed=4, vocab=49152, hidden=64, layers=1)

@@ -48,7 +48,8 @@ class AdaptiveVerifier:
     @classmethod
     def build(cls, engine: "LLMEngine") -> "AdaptiveVerifier":
         cfg = engine.config
-        key = hardware_key(cfg.model, str(engine.model.dtype), str(engine.model.device))
+        tp = f"|tp{cfg.tensor_parallel_size}" if cfg.tensor_parallel_size > 1 else ""
+        key = hardware_key(cfg.model + tp, str(engine.model.dtype), str(engine.model.device))
         path = cache_dir() / "cost_tables" / f"{key}.json"
         log.info("cost table: %s (measuring if absent, <= %.0f s)", path, cfg.spec.cost_table_budget_s)
         requests = tuple(r for r in (1, 2, 4, 8, 16, 32, 64) if r <= cfg.max_num_seqs)
@@ -57,10 +58,13 @@ class AdaptiveVerifier:
         k = engine.k
         draft_cost = None
         if cfg.spec.method == "draft":  # one draft iteration of r requests (1 token each)
-            dkey = hardware_key(f"{cfg.model}|draft:{cfg.spec.draft_model}", str(engine.model.dtype),
+            # a remote drafter is timed through its transport; a local one is profiled here
+            step = getattr(engine.proposer, "profile_step", None)
+            where = "|remote" if step is not None else ""
+            step = step or (lambda r, n: _profile_step(engine.proposer.runner, r, n))
+            dkey = hardware_key(f"{cfg.model}|draft:{cfg.spec.draft_model}{where}", str(engine.model.dtype),
                                 str(engine.model.device))
-            draft_cost = load_or_measure(cache_dir() / "cost_tables" / f"{dkey}.json",
-                                         lambda r, n: _profile_step(engine.proposer.runner, r, n),
+            draft_cost = load_or_measure(cache_dir() / "cost_tables" / f"{dkey}.json", step,
                                          budget_s=cfg.spec.cost_table_budget_s / 4, requests=requests, extra=(0,))
         est = NgramEstimator(k) if cfg.spec.method == "ngram" else LogisticEstimator(k, 3)
         return cls(cost, est, draft_cost)

@@ -103,4 +103,7 @@ class EngineConfig(BaseModel):
     max_model_len: int | None = Field(None, ge=16, description="Context limit; default the model's.")
     enable_prefix_caching: bool = Field(True, description="Share full KV blocks by a hash of their prefix.")
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default all cores.")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="Target shards per replica (tensor parallel, "
+                                      "one GPU each). Above 1 the engine needs its peer shards: the cluster "
+                                      "starts them as Ray actors in the replica's placement group.")
     spec: SpecConfig = Field(default_factory=SpecConfig)

@@ -25,10 +25,12 @@ from workers.metrics import LatencyStats, SpecStats
 from workers.model_runner import ModelRunner, StepChunk, pick_device, pick_dtype
 from workers.model_store import resolve_model
 from workers.proposers.base import DraftInput, Proposal, Proposer
+from workers.proposers.factory import build_proposer
 from workers.rejection_sampler import SparseProbs, greedy_verify, rejection_sample
 from workers.request import Request, Status
 from workers.sampling import BatchSampling
 from workers.scheduler import Scheduler
+from workers.tensor_parallel import ProcessShardPeers, ShardPeers, init_group, shard_model
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,10 @@ class RequestOutput:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig | None = None, proposer: Proposer | None = None) -> None:
+    def __init__(self, config: EngineConfig | None = None, proposer: Proposer | None = None,
+                 shard_peers: ShardPeers | None = None) -> None:
+        """`proposer`: drafts from elsewhere (the cluster's drafter actors); default: built from config.spec.
+        `shard_peers`: ranks 1.. of a tensor-parallel target (config.tensor_parallel_size > 1)."""
         from transformers import AutoTokenizer
 
         self.config = config = config or EngineConfig()
@@ -58,13 +63,14 @@ class LLMEngine:
         device = pick_device(config.device)
         dtype = pick_dtype(config.dtype, device)
         self.model, hf_config = LlamaForward.load(folder, device, dtype, config.batch_invariant)
+        self.shard_peers = self._shard(shard_peers)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.max_model_len = min(config.max_model_len or 10**9, hf_config.max_position_embeddings)
         self.runner = ModelRunner(self.model, int(config.kv_cache_memory_gb * 2**30), config.block_size,
-                                  config.enable_prefix_caching)
+                                  config.enable_prefix_caching, self.shard_peers)
         self.scheduler = Scheduler(self.runner.pool, config.max_num_seqs, config.max_num_batched_tokens,
                                    self.max_model_len, PREFILL_SEGMENT if config.batch_invariant else 1)
-        self.proposer = proposer if proposer is not None else self._build_proposer(device, dtype)
+        self.proposer = proposer if proposer is not None else build_proposer(config, device, dtype, self.model.vocab_size)
         self.k = self.proposer.k if self.proposer is not None else 0
         self.adaptive = AdaptiveVerifier.build(self) if self.proposer is not None and \
             config.spec.verify != "fixed" else None
@@ -77,24 +83,20 @@ class LLMEngine:
         self._ids = itertools.count()
         self._rng = random.Random()
 
-    def _build_proposer(self, device: torch.device, dtype: torch.dtype) -> Proposer | None:
-        spec = self.config.spec
-        if spec.method == "ngram":
-            from workers.proposers.ngram import NgramProposer
-
-            return NgramProposer(spec.k, spec.ngram_min, spec.ngram_max)
-        if spec.method == "draft":
-            from workers.proposers.draft_model import DraftModelProposer
-
-            from workers.draft_store import load_draft
-
-            draft = load_draft(spec.draft_model, resolve_model(self.config.model), device, dtype,
-                               self.config.batch_invariant)
-            if draft.vocab_size != self.model.vocab_size:
-                raise ValueError(f"draft vocabulary {draft.vocab_size} != target vocabulary {self.model.vocab_size}")
-            kv = int(self.config.kv_cache_memory_gb * 2**30 // 4)
-            return DraftModelProposer(ModelRunner(draft, kv, self.config.block_size, False), spec.k, spec.draft_top_k)
-        return None
+    def _shard(self, peers: ShardPeers | None) -> ShardPeers | None:
+        world = self.config.tensor_parallel_size
+        if world == 1:
+            if peers is not None:
+                raise ValueError("shard peers were given but tensor_parallel_size is 1")
+            return None
+        if peers is None:  # outside a cluster: the peers are local processes
+            peers = ProcessShardPeers(self.config)
+        if peers.world_size != world:
+            raise ValueError(f"tensor_parallel_size={world} but {peers.world_size} shard peers were given")
+        init_group(0, world, peers.init_method)
+        shard_model(self.model, 0, world)
+        peers.wait_ready()
+        return peers
 
     # ---- requests ---------------------------------------------------------------------------------------
     def encode_prompt(self, prompt: str | list[int], chat: bool = False) -> list[int]:

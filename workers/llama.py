@@ -16,6 +16,10 @@ import torch.nn.functional as F
 from workers.attention import SMALL_ROWS, AttentionMetadata, paged_attention
 
 
+def _no_reduce(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
 @dataclass(slots=True)
 class LayerWeights:
     input_norm: torch.Tensor  # [D]
@@ -73,6 +77,8 @@ class LlamaForward:
         # Reuse HF's rotary embedding so every rope variant (llama3, yarn, ...) of the config is honoured.
         self.rotary = hf_model.model.rotary_emb.to(device)
         self.head_ids: torch.Tensor | None = None  # a reduced output vocabulary: logit column j = token head_ids[j]
+        self.kv_heads_budget = self.num_kv_heads  # KV heads the cache is sized for (the largest tensor shard's)
+        self.reduce = _no_reduce  # completes row-parallel projections under tensor parallelism (an all-reduce)
 
     def set_output_vocab(self, ids: torch.Tensor) -> None:
         """Compute logits only for the tokens `ids` (a draft's reduced vocabulary, FR-Spec style)."""
@@ -107,7 +113,7 @@ class LlamaForward:
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
     def kv_bytes_per_token(self) -> int:
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.tensor([], dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.kv_heads_budget * self.head_dim * torch.tensor([], dtype=self.dtype).element_size()
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
@@ -144,10 +150,10 @@ class LlamaForward:
             kv = kv_cache.layers[i]
             kv.index_copy_(2, meta.slot_mapping, torch.stack((k, v.view(T, KVH, hd))).transpose(1, 2))
             attn = paged_attention(q, kv, meta)  # [T, H, hd]
-            h = h + self._linear(attn.reshape(T, H * hd), lw.o, None, meta.row_blocks)
+            h = h + self.reduce(self._linear(attn.reshape(T, H * hd), lw.o, None, meta.row_blocks))
             x = self._rms(h, lw.post_norm)
             gate, up = self._linear(x, lw.gate_up, None, meta.row_blocks).chunk(2, dim=-1)
-            h = h + self._linear(F.silu(gate) * up, lw.down, None, meta.row_blocks)
+            h = h + self.reduce(self._linear(F.silu(gate) * up, lw.down, None, meta.row_blocks))
         h = self._rms(h[logits_indices], self.final_norm)
         if return_hidden:
             return h

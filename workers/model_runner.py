@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from workers.attention import SeqSpan, build_metadata, fixed_tile_needed, q_tile_for
 from workers.block_pool import BlockPool
 from workers.llama import KVCacheTensors, LlamaForward
+
+if TYPE_CHECKING:
+    from workers.tensor_parallel import ShardPeers
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +48,10 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaForward, kv_bytes: int, block_size: int, enable_prefix_caching: bool) -> None:
+    def __init__(self, model: LlamaForward, kv_bytes: int, block_size: int, enable_prefix_caching: bool,
+                 peers: "ShardPeers | None" = None) -> None:
         self.model = model
+        self.peers = peers  # tensor parallelism: the other shards compute every step with this one
         self.block_size = block_size
         num_blocks = max(2, kv_bytes // (model.kv_bytes_per_token() * block_size))
         self.kv = KVCacheTensors.allocate(model, num_blocks, block_size)
@@ -66,9 +72,11 @@ class ModelRunner:
             spans.append(SeqSpan(t, n, c.start_pos, c.block_table))
             rows.extend(range(t + n - c.num_logits, t + n))
             t += n
+        if self.peers is not None:
+            self.peers.start(chunks, return_hidden)
         meta = build_metadata(spans, self.block_size, dev, self.q_tile, self.group_size,
                               fixed_tile_needed(self.model.dtype))
-        return self.model.forward(
+        out = self.model.forward(
             torch.tensor(ids, dtype=torch.long, device=dev),
             torch.tensor(pos, dtype=torch.long, device=dev),
             self.kv,
@@ -76,3 +84,6 @@ class ModelRunner:
             torch.tensor(rows, dtype=torch.long, device=dev),
             return_hidden=return_hidden,
         )
+        if self.peers is not None:
+            self.peers.finish()
+        return out
