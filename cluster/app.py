@@ -54,8 +54,11 @@ def placement_needs(cfg: ClusterConfig) -> dict[str, float]:
     p, d = cfg.placement, cfg.drafters
     tp = cfg.engine.tensor_parallel_size
     drafter_gpus = math.ceil(d.count * d.gpus - 1e-9) if d.gpus else 0  # fractions pack onto whole GPUs
-    return {"CPU": cfg.replicas * (p.replica_cpus + (tp - 1) * p.shard_cpus) + p.ingress_cpus + d.count * d.cpus,
+    need = {"CPU": cfg.replicas * (p.replica_cpus + (tp - 1) * p.shard_cpus) + p.ingress_cpus + d.count * d.cpus,
             "GPU": cfg.replicas * tp * p.gpus_per_shard + drafter_gpus}
+    if d.count and d.node_resource:
+        need[d.node_resource] = float(d.count)
+    return need
 
 
 def check_placement(cfg: ClusterConfig) -> None:
@@ -89,6 +92,7 @@ def build_app(args: dict | None = None) -> serve.Application:
     d = cfg.drafters
     drafters = [serve.deployment(Drafter, name=f"drafter-{j}", num_replicas=1, max_ongoing_requests=64,
                                  ray_actor_options={"num_cpus": d.cpus, "num_gpus": d.gpus,
+                                                    "resources": {d.node_resource: 1} if d.node_resource else {},
                                                     "runtime_env": {"env_vars": d.mps.client_env()}})
                 .bind(cfg.engine.model_dump_json(), d.mps.model_dump_json()) for j in range(d.count)]
     bundles = replica_bundles(cfg)
@@ -100,8 +104,7 @@ def build_app(args: dict | None = None) -> serve.Application:
         dep = serve.deployment(TargetReplica, name=name, num_replicas=1, max_ongoing_requests=4096,
                                ray_actor_options={"num_cpus": cfg.placement.replica_cpus,
                                                   "num_gpus": cfg.placement.gpus_per_shard}, **pg)
-        j = cfg.drafter_of(i)
-        handles[name.replace("-", "_")] = dep.bind(cfg_json, name, None if j is None else drafters[j])
+        handles[name.replace("-", "_")] = dep.bind(cfg_json, name, [drafters[j] for j in cfg.drafters_of(i)])
     ingress = serve.deployment(Ingress, name="ingress", num_replicas=1, max_ongoing_requests=4096,
                                ray_actor_options={"num_cpus": cfg.placement.ingress_cpus})
     return ingress.bind(cfg_json, **handles)

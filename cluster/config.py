@@ -33,10 +33,15 @@ class DrafterConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    count: int = Field(0, ge=0, le=64, description="Drafter deployments; replica i drafts on drafter i % count.")
+    count: int = Field(0, ge=0, le=64, description="Drafter deployments. Fewer than replicas: replica i drafts on "
+                       "drafter i % count (replicas share it); more: replica i spreads its requests over drafters "
+                       "j with j % replicas == i.")
     gpus: float = Field(0.0, ge=0, le=1, description="GPU fraction per drafter: 0.5 puts two drafters on one GPU "
                         "(with MPS, see mps), 0 on CPU. Ray never gives them a GPU a target shard holds.")
     cpus: float = Field(0.5, ge=0, description="Logical CPUs per drafter.")
+    node_resource: str | None = Field(None, description="A custom Ray resource each drafter requests one unit of, "
+                                      "so drafters land on the nodes that advertise it (the MPS-shared drafter "
+                                      "worker group of k8s/overlays/gpu); None: any node with the GPU fraction.")
     mps: MPSConfig = Field(default_factory=MPSConfig, description="NVIDIA MPS for drafters sharing a GPU.")
 
 
@@ -86,8 +91,15 @@ class ClusterConfig(BaseModel):
                              "runs in the replica)")
         return self
 
-    def drafter_of(self, replica: int) -> int | None:
-        return replica % self.drafters.count if self.drafters.count else None
+    def drafters_of(self, replica: int) -> list[int]:
+        """Drafter indices replica `replica` drafts on: drafter i % count with fewer drafters than replicas,
+        else every drafter j with j % replicas == replica (a replica may then spread its requests)."""
+        n = self.drafters.count
+        if n == 0:
+            return []
+        if n <= self.replicas:
+            return [replica % n]
+        return [j for j in range(n) if j % self.replicas == replica]
 
     @property
     def served_name(self) -> str:

@@ -14,6 +14,7 @@ import os
 import threading
 import time
 import uuid
+import zlib
 from dataclasses import replace
 
 from workers.proposers.base import DraftInput, Proposal, TokenMirror
@@ -71,56 +72,83 @@ class Drafter:
             _profile_step(self.proposer.runner, requests, tokens)
 
 
-class RemoteProposer:
-    """A replica's proposer that drafts on a drafter deployment; request ids are prefixed by the replica."""
+class _Link:
+    """One drafter as seen by one replica: its process instance, pending releases, back-off after a failure."""
 
-    def __init__(self, handle, replica_id: str, timeout_s: float = 10.0, retry_s: float = 2.0) -> None:
-        self.handle, self.replica_id = handle, replica_id
-        self.timeout_s, self.retry_s = timeout_s, retry_s
-        info = handle.describe.remote().result(timeout_s=120)
-        self.k, self.feature_names = int(info["k"]), tuple(info["feature_names"])
-        self.drafter_info = info
-        self._instance: str | None = info["instance"]
-        self._mirror = TokenMirror()  # full contexts, to resync a restarted drafter
-        self._releases: list[str] = []
-        self._retry_at = 0.0
+    def __init__(self, handle, timeout_s: float) -> None:
+        self.handle = handle
+        self.info = handle.describe.remote().result(timeout_s=max(timeout_s, 120))
+        self.instance: str | None = self.info["instance"]
+        self.releases: list[str] = []
+        self.retry_at = 0.0
         self.failures = self.resyncs = 0
 
-    def _call(self, batch: list[DraftInput]) -> tuple[str, Proposal | None]:
-        releases, self._releases = self._releases, []
-        resp = self.handle.propose.remote(self._instance, batch, releases)
-        return resp.result(timeout_s=self.timeout_s)
+    def send(self, batch: list[DraftInput]):
+        releases, self.releases = self.releases, []
+        return self.handle.propose.remote(self.instance, batch, releases)
+
+
+class RemoteProposer:
+    """A replica's proposer drafting on drafter deployments: each request sticks to one drafter (a stable hash
+    of its id), request ids are prefixed by the replica, the drafters of one step work in parallel."""
+
+    def __init__(self, handles: list, replica_id: str, timeout_s: float = 10.0, retry_s: float = 2.0) -> None:
+        self.replica_id, self.timeout_s, self.retry_s = replica_id, timeout_s, retry_s
+        self.links = [_Link(h, timeout_s) for h in handles]
+        info = self.links[0].info
+        self.k, self.feature_names = int(info["k"]), tuple(info["feature_names"])
+        self._mirror = TokenMirror()  # full contexts, to resync a restarted drafter
+
+    def _link_of(self, rid: str) -> int:
+        return zlib.crc32(rid.encode()) % len(self.links)
 
     def propose(self, batch: list[DraftInput]) -> Proposal:
         ours = [replace(d, req_id=f"{self.replica_id}/{d.req_id}") for d in batch]
         for d in ours:
             self._mirror.update(d)
-        if time.monotonic() < self._retry_at:
-            return Proposal.empty(len(batch), self.k)
+        rows: dict[int, list[int]] = {}
+        for b, d in enumerate(ours):
+            rows.setdefault(self._link_of(d.req_id), []).append(b)
+        now = time.monotonic()
+        sent = {j: self.links[j].send([ours[b] for b in r]) for j, r in rows.items() if now >= self.links[j].retry_at}
+        parts = []
+        for j, resp in sent.items():
+            prop = self._receive(self.links[j], resp, [ours[b] for b in rows[j]])
+            if prop is not None:
+                parts.append((rows[j], prop))
+        return Proposal.merge(len(batch), self.k, parts)
+
+    def _receive(self, link: _Link, resp, part: list[DraftInput]) -> Proposal | None:
         try:
-            instance, proposal = self._call(ours)
+            instance, proposal = resp.result(timeout_s=self.timeout_s)
             if proposal is None:  # a new drafter process: send whole contexts once
-                self._instance = instance
-                self.resyncs += 1
-                full = [replace(d, start=0, new_tokens=list(self._mirror.tokens[d.req_id])) for d in ours]
-                instance, proposal = self._call(full)
+                link.instance = instance
+                link.resyncs += 1
+                full = [replace(d, start=0, new_tokens=list(self._mirror.tokens[d.req_id])) for d in part]
+                instance, proposal = link.send(full).result(timeout_s=self.timeout_s)
             if proposal is None:
                 raise RuntimeError("drafter restarted twice during one step")
             return proposal
         except Exception as exc:  # noqa: BLE001 - any transport or drafter error: this step goes without drafts
-            self.failures += 1
-            self._instance = None  # whatever answers next must get whole contexts
-            self._retry_at = time.monotonic() + self.retry_s
-            log.warning("drafter unavailable (%s): decoding without speculation for %.0f s", exc, self.retry_s)
-            return Proposal.empty(len(batch), self.k)
+            link.failures += 1
+            link.instance = None  # whatever answers next must get whole contexts
+            link.retry_at = time.monotonic() + self.retry_s
+            log.warning("drafter unavailable (%s): its requests decode without speculation for %.0f s",
+                        exc, self.retry_s)
+            return None
 
     def release(self, req_id: str) -> None:
         rid = f"{self.replica_id}/{req_id}"
         self._mirror.release(rid)
-        self._releases.append(rid)  # sent with the next propose call
+        self.links[self._link_of(rid)].releases.append(rid)  # sent with that drafter's next call
 
     def profile_step(self, requests: int, tokens: int) -> None:
-        self.handle.profile_step.remote(requests, tokens).result(timeout_s=120)
+        self.links[0].handle.profile_step.remote(requests, tokens).result(timeout_s=120)
+
+    @property
+    def drafter_info(self) -> list[dict[str, object]]:
+        return [link.info for link in self.links]
 
     def stats(self) -> dict[str, object]:
-        return {"failures": self.failures, "resyncs": self.resyncs, "drafter": self.drafter_info}
+        return {"failures": sum(lk.failures for lk in self.links), "resyncs": sum(lk.resyncs for lk in self.links),
+                "drafters": len(self.links)}

@@ -6,6 +6,7 @@ is reported as an error item, not an exception, so the ingress can answer 400 wi
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -14,27 +15,18 @@ log = logging.getLogger(__name__)
 
 
 class TargetReplica:
-    def __init__(self, config_json: str, replica_id: str, drafter=None) -> None:
-        """`drafter`: the DeploymentHandle of this replica's drafter (drafters.count > 0), else None."""
+    def __init__(self, config_json: str, replica_id: str, drafters: list | None = None) -> None:
+        """`drafters`: DeploymentHandles of this replica's drafters (drafters.count > 0), else none."""
         from cluster.config import ClusterConfig
         from workers.async_engine import AsyncLLMEngine
-        from workers.engine import LLMEngine
 
         t0 = time.perf_counter()
         self.config = ClusterConfig.model_validate_json(config_json)
         self.replica_id = replica_id
-        peers = proposer = None
-        eng, p = self.config.engine, self.config.placement
-        if eng.tensor_parallel_size > 1:
-            from cluster.shards import RayShardPeers
-
-            peers = RayShardPeers(eng.model_dump_json(), eng.tensor_parallel_size, p.shard_cpus, p.gpus_per_shard)
-        if drafter is not None:
-            from cluster.drafter import RemoteProposer
-
-            proposer = RemoteProposer(drafter, replica_id)
-        self.shard_peers, self.remote_proposer = peers, proposer
-        self.engine = LLMEngine(eng, proposer=proposer, shard_peers=peers)
+        # Built in a worker thread: the constructor runs on the replica's event loop, where blocking calls on
+        # Serve handles are refused (the drafter handshake, the remote draft cost table).
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            self.engine = pool.submit(self._build_engine, drafters or []).result()
         self.aengine = AsyncLLMEngine(self.engine)
         self.planner = None
         self.requests_served = 0
@@ -43,9 +35,9 @@ class TargetReplica:
 
             b, cfg = self.config.budget, self.config
             index = int(replica_id.rsplit("-", 1)[-1]) if replica_id[-1].isdigit() else 0
-            j = cfg.drafter_of(index)
-            group = b.drafter_group if j is None else f"drafter-{j}"
-            members = cfg.replicas if j is None else len([i for i in range(cfg.replicas) if cfg.drafter_of(i) == j])
+            mine = cfg.drafters_of(index)
+            group = b.drafter_group if not mine else f"drafter-{mine[0]}"
+            members = cfg.replicas if not mine else len([i for i in range(cfg.replicas) if cfg.drafters_of(i) == mine])
             share = None if b.group_capacity is None else max(1, b.group_capacity // members)
             self.planner = attach_global_budget(self.engine, replica_id, group, share, b.group_capacity)
         from cluster.metrics import ReplicaMetrics
@@ -53,6 +45,22 @@ class TargetReplica:
         self.metrics = ReplicaMetrics(replica_id)
         self._metrics_stop = self.metrics.start(self.stats)
         log.info("replica %s ready in %.1f s", replica_id, time.perf_counter() - t0)
+
+    def _build_engine(self, drafters: list):
+        from workers.engine import LLMEngine
+
+        peers = proposer = None
+        eng, p = self.config.engine, self.config.placement
+        if eng.tensor_parallel_size > 1:
+            from cluster.shards import RayShardPeers
+
+            peers = RayShardPeers(eng.model_dump_json(), eng.tensor_parallel_size, p.shard_cpus, p.gpus_per_shard)
+        if drafters:
+            from cluster.drafter import RemoteProposer
+
+            proposer = RemoteProposer(drafters, self.replica_id)
+        self.shard_peers, self.remote_proposer = peers, proposer
+        return LLMEngine(eng, proposer=proposer, shard_peers=peers)
 
     def _encode(self, prompt, messages) -> list[int]:
         return self.engine.encode_chat(messages) if messages is not None else self.engine.encode_prompt(prompt)
@@ -83,7 +91,7 @@ class TargetReplica:
             yield {"error": str(exc)}
 
     def placement(self) -> dict:
-        """Where this replica's parts run: its own GPU (shard 0), its shard actors, its drafter."""
+        """Where this replica's parts run: its own GPU (shard 0), its shard actors, its drafters."""
         import os
 
         import ray
@@ -92,7 +100,7 @@ class TargetReplica:
                             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                             "node_id": ray.get_runtime_context().get_node_id()},
                 "shards": [] if self.shard_peers is None else self.shard_peers.describe(),
-                "drafter": None if self.remote_proposer is None else self.remote_proposer.drafter_info}
+                "drafters": [] if self.remote_proposer is None else self.remote_proposer.drafter_info}
 
     def stats(self) -> dict:
         s = self.engine.stats()

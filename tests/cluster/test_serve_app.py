@@ -62,6 +62,6 @@ def test_a_configuration_that_cannot_be_placed_fails_fast(serve_app):
     from cluster.app import PlacementError, build_app
 
     with pytest.raises(PlacementError, match="GPU: needs 8"):
-        build_app({"replicas": 4, "placement": {"replica_cpus": 0.1, "replica_gpus": 2}})
+        build_app({"replicas": 4, "placement": {"replica_cpus": 0.1, "gpus_per_shard": 1}, "engine": {"tensor_parallel_size": 2}})
     with pytest.raises(PlacementError, match="CPU: needs"):
         build_app({"replicas": 20, "placement": {"replica_cpus": 1}})

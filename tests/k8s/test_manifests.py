@@ -11,7 +11,7 @@ from cluster.k8s import main as generate
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT.parent / "shared" / "k8s"
-OVERLAYS = {"cpu-demo": None, "gpu": ["--gpu", "--workers", "2"]}
+OVERLAYS = {"cpu-demo": None, "gpu": ["--gpu", "--workers", "2", "--gpus-per-worker", "2"]}
 
 
 def _merge(base, patch):
@@ -56,7 +56,7 @@ def test_serve_config_is_a_valid_cluster_config_and_auth_is_on(overlay):
     assert rs["spec"]["rayClusterConfig"]["authOptions"]["mode"] == "token"
     worker = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     gpus = worker["resources"]["limits"].get("nvidia.com/gpu", 0)
-    assert (gpus >= 1) == (overlay == "gpu") and (cfg.placement.replica_gpus > 0) == (overlay == "gpu")
+    assert (gpus >= 1) == (overlay == "gpu") and (cfg.placement.gpus_per_shard > 0) == (overlay == "gpu")
     assert any(e["name"] == "SPECFLEET_API_KEY" and "secretKeyRef" in e["valueFrom"] for e in worker["env"])
 
 

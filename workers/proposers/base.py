@@ -36,6 +36,29 @@ class Proposal:
     def empty(cls, batch: int, k: int) -> "Proposal":
         return cls(torch.full((batch, k), -1, dtype=torch.long), torch.zeros(batch, dtype=torch.long), None, None)
 
+    @classmethod
+    def merge(cls, batch: int, k: int, parts: list[tuple[list[int], "Proposal"]]) -> "Proposal":
+        """One proposal from several proposers' parts (rows[i] of the batch each); rows a part left without
+        drafts get a one-hot q and zero features, which nothing reads (their num_drafts is 0)."""
+        out = cls.empty(batch, k)
+        like_p = next((p.probs for _, p in parts if p.probs is not None), None)
+        like_f = next((p.features for _, p in parts if p.features is not None), None)
+        if like_p is not None:
+            idx = torch.zeros(batch, k, like_p.idx.shape[-1], dtype=torch.long)
+            val = torch.zeros(batch, k, like_p.val.shape[-1])
+            val[..., 0] = 1.0
+            out.probs = SparseProbs(idx, val)
+        if like_f is not None:
+            out.features = torch.zeros(batch, k, like_f.shape[-1])
+        for rows, p in parts:
+            r = torch.tensor(rows, dtype=torch.long)
+            out.draft_tokens[r], out.num_drafts[r] = p.draft_tokens, p.num_drafts
+            if p.probs is not None and out.probs is not None:
+                out.probs.idx[r], out.probs.val[r] = p.probs.idx, p.probs.val.float()
+            if p.features is not None and out.features is not None:
+                out.features[r] = p.features.float()
+        return out
+
 
 class Proposer(Protocol):
     k: int
