@@ -14,7 +14,6 @@ import os
 import threading
 import time
 import uuid
-import zlib
 from dataclasses import replace
 
 from workers.proposers.base import DraftInput, Proposal, TokenMirror
@@ -89,8 +88,8 @@ class _Link:
 
 
 class RemoteProposer:
-    """A replica's proposer drafting on drafter deployments: each request sticks to one drafter (a stable hash
-    of its id), request ids are prefixed by the replica, the drafters of one step work in parallel."""
+    """A replica's proposer drafting on drafter deployments: each request sticks to one drafter (the least busy
+    when it arrives), request ids are prefixed by the replica, the drafters of one step work in parallel."""
 
     def __init__(self, handles: list, replica_id: str, timeout_s: float = 10.0, retry_s: float = 2.0) -> None:
         self.replica_id, self.timeout_s, self.retry_s = replica_id, timeout_s, retry_s
@@ -98,9 +97,20 @@ class RemoteProposer:
         info = self.links[0].info
         self.k, self.feature_names = int(info["k"]), tuple(info["feature_names"])
         self._mirror = TokenMirror()  # full contexts, to resync a restarted drafter
+        self._assigned: dict[str, int] = {}  # request -> its drafter
+        self._active = [0] * len(self.links)
+        self._turn = 0
 
     def _link_of(self, rid: str) -> int:
-        return zlib.crc32(rid.encode()) % len(self.links)
+        """A request stays on one drafter (its KV cache is there); a new one goes to the least busy."""
+        j = self._assigned.get(rid)
+        if j is None:
+            n = len(self.links)  # ties go round-robin
+            j = min(range(n), key=lambda i: (self._active[i], (i - self._turn) % n))
+            self._turn = j + 1
+            self._assigned[rid] = j
+            self._active[j] += 1
+        return j
 
     def propose(self, batch: list[DraftInput]) -> Proposal:
         ours = [replace(d, req_id=f"{self.replica_id}/{d.req_id}") for d in batch]
@@ -140,7 +150,10 @@ class RemoteProposer:
     def release(self, req_id: str) -> None:
         rid = f"{self.replica_id}/{req_id}"
         self._mirror.release(rid)
-        self.links[self._link_of(rid)].releases.append(rid)  # sent with that drafter's next call
+        j = self._assigned.pop(rid, None)
+        if j is not None:
+            self._active[j] -= 1
+            self.links[j].releases.append(rid)  # sent with that drafter's next call
 
     def profile_step(self, requests: int, tokens: int) -> None:
         self.links[0].handle.profile_step.remote(requests, tokens).result(timeout_s=120)

@@ -68,7 +68,7 @@ class TiledGroup:
 @dataclass(slots=True)
 class AttentionMetadata:
     slot_mapping: torch.Tensor  # [T]
-    tiled: TiledGroup | None
+    tiled: list[TiledGroup]  # sequences grouped by query length (see group_by_length)
     segments: list[Segment] = field(default_factory=list)
     # Row blocks for batch-invariant linear layers, in row order: (rows, padded row count or 0).
     # Rows of decode/verify steps and short segments go in blocks of <= 32 (any M <= 32 gives identical
@@ -107,10 +107,42 @@ def build_metadata(spans: list[SeqSpan], block_size: int, device: torch.device, 
             mask = None if seg.start_pos == 0 else (torch.arange(seg.context_len)[None, :] <= pos[:, None]).to(device)
             segments.append(Segment(slice(seg.query_start, seg.query_start + seg.query_len), kv.to(device), mask))
     slot_mapping = torch.cat(slot_parts).to(device)
-    if small and not fixed_tile:
-        q_tile = max(s.query_len for s, _ in small)
-    return AttentionMetadata(slot_mapping, _tiled_group(small, block_size, device, q_tile, group_size), segments,
-                             blocks.done())
+    if fixed_tile or not small:
+        groups = [(small, q_tile)] if small else []
+    else:
+        groups = [(g, max(x.query_len for x, _ in g)) for g in group_by_length(small)]
+    return AttentionMetadata(slot_mapping, [_tiled_group(g, block_size, device, qt, group_size) for g, qt in groups],
+                             segments, blocks.done())
+
+
+GROUP_COST_ROWS = 12  # a tiled group's fixed cost (~12 ops x layers) in padded query rows (measured ~0.3 ms/row)
+
+
+def group_by_length(small: list[tuple[SeqSpan, torch.Tensor]]) -> list[list[tuple[SeqSpan, torch.Tensor]]]:
+    """Split sequences into groups of similar query length, each padded to its own longest query: a ragged
+    verify plan (one request at 1 + 7 rows, the rest at 1 + 1) would otherwise pad every sequence to 8 rows.
+    Dynamic programme over the distinct lengths minimising sum(GROUP_COST_ROWS + sequences x longest)."""
+    by_len: dict[int, list] = {}
+    for item in small:
+        by_len.setdefault(item[0].query_len, []).append(item)
+    lens = sorted(by_len)
+    if len(lens) == 1:
+        return [small]
+    count = [len(by_len[n]) for n in lens]
+    best = [0.0] + [float("inf")] * len(lens)  # best[i]: cost of the first i distinct lengths
+    cut = [0] * (len(lens) + 1)
+    for i in range(1, len(lens) + 1):
+        n = 0
+        for j in range(i, 0, -1):  # group = lengths j-1 .. i-1, padded to lens[i-1]
+            n += count[j - 1]
+            c = best[j - 1] + GROUP_COST_ROWS + n * lens[i - 1]
+            if c < best[i]:
+                best[i], cut[i] = c, j - 1
+    groups, i = [], len(lens)
+    while i > 0:
+        groups.append([item for n in lens[cut[i]:i] for item in by_len[n]])
+        i = cut[i]
+    return groups[::-1]
 
 
 
@@ -142,9 +174,7 @@ class _RowBlocks:
 
 
 def _tiled_group(small: list[tuple[SeqSpan, torch.Tensor]], block_size: int, device: torch.device,
-                 q_tile: int, group_size: int) -> TiledGroup | None:
-    if not small:
-        return None
+                 q_tile: int, group_size: int) -> TiledGroup:
     B = len(small)
     nb = -(-max(s.context_len for s, _ in small) // KEY_BLOCK)
     lp = nb * KEY_BLOCK
@@ -190,11 +220,10 @@ def paged_attention(
     kv_cache: torch.Tensor,  # [2, KVH, slots, hd] (head-major: a gather yields attention's layout directly)
     meta: AttentionMetadata,
 ) -> torch.Tensor:  # [T, H, hd]
-    g = meta.tiled
-    if g is not None and g.dense and not meta.segments:
-        return _tiled_attention(q, kv_cache, g)
+    if len(meta.tiled) == 1 and meta.tiled[0].dense and not meta.segments:
+        return _tiled_attention(q, kv_cache, meta.tiled[0])
     out = torch.empty_like(q)
-    if g is not None:
+    for g in meta.tiled:
         out[g.flat_rows] = _tiled_attention(q, kv_cache, g).view(g.valid.shape + q.shape[1:])[g.valid]
     for p in meta.segments:
         qp = q[p.rows].transpose(0, 1)[None]  # [1, H, q, hd]

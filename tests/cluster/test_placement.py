@@ -138,7 +138,7 @@ def _kill_a_drafter_under_load(client) -> None:
             break
         time.sleep(1)
     stats = target.stats.remote().result()["drafter"]
-    assert stats["failures"] > 0 and stats["resyncs"] > 0, stats
+    assert stats["resyncs"] > 0, stats  # (calls in flight at the kill either failed or Serve retried them)
     new = serve.get_deployment_handle("drafter-0", "specfleet").describe.remote().result()
     assert new["instance"] != old and new["calls"] > 0
 
