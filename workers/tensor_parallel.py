@@ -100,9 +100,10 @@ def init_group(rank: int, world: int, init_method: str, backend: str = "auto", t
     """Join the shards' process group (blocks until all `world` ranks joined or the timeout passed)."""
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if not dist.is_initialized():
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+    if dist.is_initialized():  # one tensor-parallel engine per process: a new one replaces the last group
+        dist.destroy_process_group()
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
     return backend
 
 
@@ -202,6 +203,8 @@ class ProcessShardPeers:
                 raise RuntimeError(f"shard {rank} failed: {err}")
 
     def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
         for c in self._conns:
             c.close()
         for p in self._procs:
