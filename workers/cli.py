@@ -14,7 +14,8 @@ def _engine(args: argparse.Namespace):
     from workers.engine import LLMEngine
 
     spec = SpecConfig(method=args.spec, k=args.k, draft_model=args.draft_model, verify=args.verify)
-    return LLMEngine(EngineConfig(model=args.model, dtype=args.dtype, spec=spec))
+    return LLMEngine(EngineConfig(model=args.model, dtype=args.dtype, spec=spec,
+                                  tensor_parallel_size=args.tensor_parallel_size))
 
 
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -26,6 +27,8 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="draft model folder or shipped draft name (for --spec draft; default: the shipped draft)")
     p.add_argument("--verify", default="fixed", choices=["fixed", "adaptive", "adaptive-global"],
                    help="fixed: verify all k drafts; adaptive: verify what the cost model says pays off")
+    p.add_argument("--tensor-parallel-size", type=int, default=1,
+                   help="target shards (tensor parallel; local shard processes outside a cluster)")
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
