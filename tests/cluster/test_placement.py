@@ -154,3 +154,31 @@ def test_configurations_that_cannot_be_placed_fail_fast(ray_gpus, tiny_full_voca
     wide["drafters"]["count"] = 0
     with pytest.raises(PlacementError, match="GPU"):
         build_app(wide)
+
+
+def test_a_dead_shard_makes_its_replica_unhealthy_and_serve_replaces_it(ray_gpus, tiny_full_vocab,
+                                                                         tiny_full_vocab_draft):
+    """The shard process is killed (SIGKILL): requests fail cleanly or complete, none hangs; Serve's health
+    check replaces the replica, which comes back with new shards and serves again."""
+    import signal
+    import time
+
+    from ray import serve
+
+    args = _args(tiny_full_vocab, tiny_full_vocab_draft, replicas=1)
+    args["drafters"]["count"] = 0
+    args["engine"]["spec"] = {"method": "ngram", "k": 3}
+    url = _deploy(args, ray_gpus)
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+    assert client.completions.create(model="tiny", prompt="before", max_tokens=4).usage.completion_tokens == 4
+    old = _placements(1)[0]["shards"][0]["pid"]
+    os.kill(old, signal.SIGKILL)
+    deadline, served = time.time() + 240, False
+    while time.time() < deadline and not served:
+        try:
+            served = client.completions.create(model="tiny", prompt="after", max_tokens=4).usage.completion_tokens == 4
+        except openai.APIError:  # a clean HTTP error while the replica is replaced, never a hang
+            time.sleep(2)
+    assert served
+    assert _placements(1)[0]["shards"][0]["pid"] != old
+    serve.delete("specfleet")
