@@ -103,6 +103,7 @@ def build_app(args: dict | None = None) -> serve.Application:
             if len(bundles) > 1 or "GPU" in bundles[0] else {}
         dep = serve.deployment(TargetReplica, name=name, num_replicas=1, max_ongoing_requests=4096,
                                graceful_shutdown_timeout_s=cfg.http.drain_timeout_s,
+                               health_check_period_s=2 if cfg.engine.tensor_parallel_size > 1 else 10,
                                ray_actor_options={"num_cpus": cfg.placement.replica_cpus,
                                                   "num_gpus": cfg.placement.gpus_per_shard}, **pg)
         handles[name.replace("-", "_")] = dep.bind(cfg_json, name, [drafters[j] for j in cfg.drafters_of(i)])

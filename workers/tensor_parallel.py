@@ -96,8 +96,9 @@ def shard_model(model: LlamaForward, rank: int, world: int) -> None:
     model.reduce = _all_reduce
 
 
-def init_group(rank: int, world: int, init_method: str, backend: str = "auto", timeout_s: float = 120.0) -> str:
-    """Join the shards' process group (blocks until all `world` ranks joined or the timeout passed)."""
+def init_group(rank: int, world: int, init_method: str, backend: str = "auto", timeout_s: float = 60.0) -> str:
+    """Join the shards' process group (blocks until all `world` ranks joined or the timeout passed). The
+    timeout also bounds every collective: a rank waiting on a dead peer fails its step after it."""
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if dist.is_initialized():  # one tensor-parallel engine per process: a new one replaces the last group
