@@ -18,20 +18,11 @@ def _args(model, draft, replicas: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def ray_gpus(free_port):
+def ray_gpus(free_port, ray_serve_cluster):
     """A Ray cluster with 5 fake GPUs and Serve's HTTP proxy on a free port; yields that port."""
-    ray = pytest.importorskip("ray")
-    from ray import serve
-
-    os.environ["RAY_AUTH_MODE"] = "disabled"  # loopback-only test cluster
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=8, num_gpus=5, include_dashboard=False, log_to_driver=False)
     port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    yield port
-    serve.shutdown()
-    ray.shutdown()
+    with ray_serve_cluster(num_gpus=5, port=port):
+        yield port
 
 
 def _deploy(args: dict, port: int) -> str:

@@ -1,5 +1,4 @@
 """The Ray Serve application end to end: 2 target replicas behind the ingress, real HTTP, the openai client."""
-import os
 
 import openai
 import pytest
@@ -9,24 +8,17 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 @pytest.fixture(scope="module")
-def serve_app(tiny_full_vocab, free_port):
-    ray = pytest.importorskip("ray")
+def serve_app(tiny_full_vocab, free_port, ray_serve_cluster):
     from ray import serve
 
     from cluster.app import build_app
 
-    os.environ["RAY_AUTH_MODE"] = "disabled"  # loopback-only test cluster
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=8, num_gpus=4, include_dashboard=False, log_to_driver=False)
     port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    args = {"replicas": 2, "placement": {"replica_cpus": 1, "ingress_cpus": 0.5}, "model_name": "tiny",
-            "engine": {"model": str(tiny_full_vocab), "spec": {"method": "ngram", "k": 4}}}
-    serve.run(build_app(args), name="specfleet", route_prefix="/")
-    yield f"http://127.0.0.1:{port}"
-    serve.shutdown()
-    ray.shutdown()
+    with ray_serve_cluster(num_gpus=4, port=port):
+        args = {"replicas": 2, "placement": {"replica_cpus": 1, "ingress_cpus": 0.5}, "model_name": "tiny",
+                "engine": {"model": str(tiny_full_vocab), "spec": {"method": "ngram", "k": 4}}}
+        serve.run(build_app(args), name="specfleet", route_prefix="/")
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_openai_client_through_the_cluster(serve_app):

@@ -75,6 +75,10 @@ def test_spec_decode_stats_on_request(server):
     ({"model": "tiny", "prompt": [999999]}, "prompt"),
     ({"model": "tiny", "prompt": "x", "stop": [""]}, "stop"),
     ({"model": "tiny"}, "prompt"),
+    ({"model": "tiny", "prompt": "x", "max_tokens": 10**9}, "max_tokens"),
+    ({"model": "tiny", "prompt": "x", "stop": ["a"] * 5000}, "stop"),
+    ({"model": "tiny", "prompt": [5] * 5000}, "prompt"),  # beyond the 4096-token context
+    ({"model": "tiny", "prompt": "x", "top_p": -0.5}, "top_p"),
 ])
 def test_bad_input_is_a_400_with_an_openai_error(server, body, param):
     r = httpx.post(server[0] + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"}, json=body)
@@ -96,6 +100,12 @@ def test_auth_unknown_model_oversize_and_garbage(server):
     assert r.status_code == 413 and "error" in r.json()
     r = httpx.post(url + "/v1/completions", headers={**h, "content-type": "application/json"}, content=b"{not json")
     assert r.status_code == 400 and "error" in r.json()
+    for raw in (b'{"model": "tiny", "prompt": "x", "temperature": NaN}',  # NaN: not JSON, Python parsers allow it
+                b'{"model": "tiny", "prompt": "\\xff"}',  # an escape JSON does not have
+                b'{"model": "tiny", "prompt": "' + bytes([0xff, 0xfe]) + b'"}'):  # invalid UTF-8
+        r = httpx.post(url + "/v1/completions", headers={**h, "content-type": "application/json"}, content=raw)
+        assert 400 <= r.status_code < 500 and "message" in r.json()["error"], (raw, r.status_code, r.text)
+    assert httpx.get(url + "/health").status_code == 200  # unharmed
 
 
 def test_client_disconnect_mid_stream_aborts_and_frees_kv(server):
