@@ -82,8 +82,8 @@ def test_stop_strings_and_streamed_deltas(engine):
 
 def test_two_tensor_parallel_shards_equal_one_in_float32():
     """SmolLM2's 3 KV heads split unevenly (2 + 1) over 2 shards (gloo, local processes): in fp32 the greedy
-    output equals one shard. In bf16 the partial sums are rounded before the all-reduce and outputs drift
-    (measured 4/20 identical, docs/architecture.md): the same class of difference tensor parallelism has on GPUs."""
+    output equals one shard. In bf16 outputs drift (measured 4/20 identical over 64 tokens, docs/architecture.md):
+    the same class of difference tensor parallelism has on GPUs."""
     prompts = sharegpt_prompts(6, seed=1)
     sp = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
     outs = []
