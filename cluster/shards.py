@@ -8,11 +8,12 @@ shard actor, computes its own part, and waits for them (workers/tensor_parallel.
 from __future__ import annotations
 
 import os
-import socket
 
 import ray
 from ray.util.placement_group import get_current_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from workers.tensor_parallel import free_port
 
 
 @ray.remote(max_restarts=0)
@@ -32,19 +33,13 @@ class ShardActor:
                     pid=os.getpid())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 class RayShardPeers:
     """workers.tensor_parallel.ShardPeers over Ray actors, created from inside the replica (rank 0)."""
 
     def __init__(self, engine_json: str, world: int, shard_cpus: float, shard_gpus: float,
                  timeout_s: float = 300.0) -> None:
         self.world_size, self.timeout_s = world, timeout_s
-        self.init_method = f"tcp://{ray.util.get_node_ip_address()}:{_free_port()}"
+        self.init_method = f"tcp://{ray.util.get_node_ip_address()}:{free_port()}"
         pg = get_current_placement_group()
         self.actors = []
         for rank in range(1, world):

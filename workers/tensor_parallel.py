@@ -96,6 +96,15 @@ def shard_model(model: LlamaForward, rank: int, world: int) -> None:
     model.reduce = _all_reduce
 
 
+def free_port(host: str = "") -> int:
+    """A TCP port free on `host` now, for the process group's rendezvous at rank 0."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def init_group(rank: int, world: int, init_method: str, backend: str = "auto", timeout_s: float = 60.0) -> str:
     """Join the shards' process group (blocks until all `world` ranks joined or the timeout passed). The
     timeout also bounds every collective: a rank waiting on a dead peer fails its step after it."""
@@ -162,13 +171,9 @@ class ProcessShardPeers:
 
     def __init__(self, config, timeout_s: float = 120.0) -> None:
         import multiprocessing as mp
-        import socket
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         self.world_size = config.tensor_parallel_size
-        self.init_method = f"tcp://127.0.0.1:{port}"
+        self.init_method = f"tcp://127.0.0.1:{free_port('127.0.0.1')}"
         self.timeout_s = timeout_s
         ctx = mp.get_context("spawn")
         if config.num_threads is None:  # shards share this machine's cores instead of oversubscribing them
