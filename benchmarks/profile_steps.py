@@ -1,31 +1,83 @@
-"""Where an engine step's time goes at c=32 (ShareGPT): fixed n-gram k=2 vs adaptive k<=7, per step: forward,
-proposer, adaptive trim, verification, tokens and verified positions. Usage: python benchmarks/profile_steps.py"""
-import time, statistics as st
+"""Where an engine step's time goes, per configuration: forward, proposer, adaptive trim, verification, tokens
+and verified positions per step, and (adaptive) how the policy's verify lengths were spread.
+
+    python benchmarks/profile_steps.py --workload sharegpt --concurrency 32 --modes ngram:2,ngram:7:adaptive
+    python benchmarks/profile_steps.py --workload repetitive --concurrency 1 --modes ngram:4,ngram:7,ngram:7:adaptive
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+
+from workers.bench import _spec, _warmed, run_ours, workload_prompts
+from workers.config import EngineConfig
 from workers.engine import LLMEngine
-from workers.config import EngineConfig, SpecConfig
-from workers.bench import run_ours, _warmed, workload_prompts
-mk = lambda spec: LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=spec))
-engs = {"ngram2": mk(SpecConfig(method="ngram", k=2)), "ada": _warmed(mk(SpecConfig(method="ngram", k=7, verify="adaptive")), 48, 0)}
-ps = [engs["ngram2"].encode_prompt(t, chat=True) for t in workload_prompts("sharegpt", 32, 0)]
-for n, e in engs.items():
-    T = {"fwd": 0, "prop": 0, "step": 0, "trim": 0, "verify": 0, "steps": 0, "tok": 0, "vpos": 0}
-    rr, pp, vv = e.runner.run, e._propose, e._verify
+
+
+def instrument(e: LLMEngine) -> dict:
+    T = collections.Counter()
+    lengths: collections.Counter = collections.Counter()
+    rr, pp, vv, st = e.runner.run, e._propose, e._verify, e.step
+
+    def timed(key, fn):
+        def wrapper(*a, **kw):
+            t = time.perf_counter()
+            out = fn(*a, **kw)
+            T[key] += time.perf_counter() - t
+            return out
+        return wrapper
+
     def run(chunks, **kw):
-        t = time.perf_counter(); o = rr(chunks, **kw); T["fwd"] += time.perf_counter() - t; T["tok"] += sum(len(c.token_ids) for c in chunks); return o
-    def prop(d):
-        t = time.perf_counter(); o = pp(d); T["prop"] += time.perf_counter() - t; return o
-    def ver(*a):
-        t = time.perf_counter(); o = vv(*a); T["verify"] += time.perf_counter() - t; return o
-    e.runner.run, e._propose, e._verify = run, prop, ver
+        T["tok"] += sum(len(c.token_ids) for c in chunks)
+        return timed("fwd", rr)(chunks, **kw)
+
+    def step():
+        T["steps"] += 1
+        return timed("step", st)()
+
+    e.runner.run, e._propose, e._verify, e.step = run, timed("prop", pp), timed("verify", vv), step
     if e.adaptive:
         tr = e.adaptive.trim
+
         def trim(p, plan):
-            t = time.perf_counter(); tr(p, plan); T["trim"] += time.perf_counter() - t; T["vpos"] += int(p.num_drafts.sum())
+            timed("trim", tr)(p, plan)
+            T["vpos"] += int(p.num_drafts.sum())
+            lengths.update(p.num_drafts.tolist())
         e.adaptive.trim = trim
-    st_ = e.step
-    def step():
-        t = time.perf_counter(); o = st_(); T["step"] += time.perf_counter() - t; T["steps"] += 1; return o
-    e.step = step
-    r = run_ours(e, ps, 32, 48)
-    k = T["steps"]
-    print(n, round(r["output_tokens_per_s"], 1), "steps", k, {x: round(T[x] / k * 1e3, 1) for x in ("step", "fwd", "prop", "trim", "verify")}, "tok/step", round(T["tok"] / k, 1), "vpos/step", round(T["vpos"] / k, 1), "MAL", r["mean_acceptance_length"])
+    return {"T": T, "lengths": lengths}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", default="sharegpt")
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--modes", default="ngram:2,ngram:7:adaptive")
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--rounds", type=int, default=1, help="runs per mode (interleaved)")
+    args = ap.parse_args()
+    engines = {m: _warmed(LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(m, 7))), args.max_tokens, 0)
+               for m in args.modes.split(",")}
+    any_e = next(iter(engines.values()))
+    n = max(args.concurrency, 4)
+    ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, n, 0)]
+    for _ in range(args.rounds):
+        for m, e in engines.items():
+            run_ours(e, ps[:2], 2, 4)
+            probe = instrument(e)
+            r = run_ours(e, ps, args.concurrency, args.max_tokens)
+            e.runner.run, e._propose, e._verify, e.step = [getattr(type(x), y).__get__(x) for x, y in
+                                                           ((e.runner, "run"), (e, "_propose"), (e, "_verify"),
+                                                            (e, "step"))]
+            if e.adaptive:
+                e.adaptive.trim = type(e.adaptive).trim.__get__(e.adaptive)
+            T, k = probe["T"], max(probe["T"]["steps"], 1)
+            ms = {x: round(T[x] / k * 1e3, 1) for x in ("step", "fwd", "prop", "trim", "verify")}
+            print(f"{m}: {r['output_tokens_per_s']:.1f} tok/s, {k} steps, ms/step {ms}, tokens/step "
+                  f"{T['tok'] / k:.1f}, verified/step {T['vpos'] / k:.2f}, MAL {r['mean_acceptance_length']}, "
+                  f"acc/pos {r['acceptance_per_position']}"
+                  + (f", verify lengths {dict(sorted(probe['lengths'].items()))}" if e.adaptive else ""), flush=True)
+
+
+if __name__ == "__main__":
+    main()

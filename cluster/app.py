@@ -14,7 +14,7 @@ from ray import serve
 
 from cluster.config import ClusterConfig
 from cluster.drafter import Drafter
-from cluster.replica import TargetReplica
+from cluster.replica import TargetReplica, with_threads
 
 
 @serve.ingress()
@@ -31,9 +31,18 @@ class Ingress:
         key = os.environ.get(http.api_key_env) if http.api_key_env else None
         if http.api_key_env and not key:
             raise RuntimeError(f"http.api_key_env names {http.api_key_env!r}, which is not set on the ingress")
-        backend = RayBackend(self.config.served_name, self.replicas, self.config.prefix_affinity_tokens)
-        return build_api(backend, api_key=key, max_body_bytes=http.max_body_bytes, max_inflight=http.max_inflight,
-                         default_max_tokens=http.default_max_tokens)
+        self._backend = RayBackend(self.config.served_name, self.replicas, self.config.prefix_affinity_tokens)
+        self._api = build_api(self._backend, api_key=key, max_body_bytes=http.max_body_bytes,
+                             max_inflight=http.max_inflight, default_max_tokens=http.default_max_tokens)
+        return self._api
+
+    def drain(self) -> int:
+        """SIGTERM, step 1 (cluster/launch.py): refuse new requests (503) and say how many are in flight."""
+        self._api.state.draining = True
+        return self._backend.num_inflight()
+
+    def inflight(self) -> int:
+        return self._backend.num_inflight()
 
 
 class PlacementError(ValueError):
@@ -94,7 +103,8 @@ def build_app(args: dict | None = None) -> serve.Application:
                                  ray_actor_options={"num_cpus": d.cpus, "num_gpus": d.gpus,
                                                     "resources": {d.node_resource: 1} if d.node_resource else {},
                                                     "runtime_env": {"env_vars": d.mps.client_env()}})
-                .bind(cfg.engine.model_dump_json(), d.mps.model_dump_json()) for j in range(d.count)]
+                .bind(with_threads(cfg.engine, d.cpus).model_dump_json(), d.mps.model_dump_json())
+                for j in range(d.count)]
     bundles = replica_bundles(cfg)
     handles = {}
     for i in range(cfg.replicas):

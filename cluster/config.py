@@ -20,7 +20,7 @@ class PlacementConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     replica_cpus: float = Field(1.0, ge=0, description="Logical CPUs of a target replica (its engine loop and "
-                                "shard 0).")
+                                "shard 0); its torch threads too (ceil), unless engine.num_threads is set.")
     gpus_per_shard: float = Field(0.0, ge=0, le=1, description="GPUs of each target shard: 1 on GPU clusters "
                                   "(a shard is pinned to its own GPU), 0 on CPU.")
     shard_cpus: float = Field(1.0, ge=0, description="Logical CPUs of each further shard (ranks 1..).")

@@ -29,8 +29,32 @@ def run_local_cluster(cfg, blocking: bool = True) -> None:
                 time.sleep(3600)
         except KeyboardInterrupt:
             print(f"specfleet: draining (in-flight requests get up to {cfg.http.drain_timeout_s:g} s)", flush=True)
-            serve.shutdown()  # replicas stop taking requests and finish ongoing ones (graceful_shutdown_timeout_s)
+            try:
+                left = drain(cfg.http.drain_timeout_s)
+                print(f"specfleet: drained ({left} request(s) still in flight cut off); stopping", flush=True)
+            except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM: stop now
+                print("specfleet: drain interrupted; stopping now", flush=True)
+            serve.shutdown()
             ray.shutdown()
+
+
+def drain(timeout_s: float, app_name: str = "specfleet") -> int:
+    """Ask the ingress to refuse new requests (503, /health 503), then wait until its in-flight requests
+    have finished or `timeout_s` passed; returns how many were still running. (serve.shutdown() alone kills
+    the HTTP proxy at once, cutting streams in flight: measured, tests/cluster/test_cluster_shutdown.py.)"""
+    from ray import serve
+
+    try:
+        ingress = serve.get_deployment_handle("ingress", app_name)
+        left = ingress.drain.remote().result(timeout_s=30)
+        deadline = time.monotonic() + timeout_s
+        while left and time.monotonic() < deadline:
+            time.sleep(0.25)
+            left = ingress.inflight.remote().result(timeout_s=30)
+        return left
+    except Exception as exc:  # noqa: BLE001 - an ingress already gone: nothing left to drain
+        print(f"specfleet: drain skipped ({type(exc).__name__})", flush=True)
+        return 0
 
 
 def _interrupt(signum, frame) -> None:

@@ -54,7 +54,9 @@ class TargetReplica:
         if eng.tensor_parallel_size > 1:
             from cluster.shards import RayShardPeers
 
-            peers = RayShardPeers(eng.model_dump_json(), eng.tensor_parallel_size, p.shard_cpus, p.gpus_per_shard)
+            peers = RayShardPeers(with_threads(eng, p.shard_cpus).model_dump_json(), eng.tensor_parallel_size,
+                                  p.shard_cpus, p.gpus_per_shard)
+        eng = with_threads(eng, p.replica_cpus)
         if drafters:
             from cluster.drafter import RemoteProposer
 
@@ -127,3 +129,13 @@ class TargetReplica:
             s["adaptive"] = {"verified_per_step": ada.verified_positions / self.engine.num_steps,
                              "offered_positions": ada.offered_positions, "drafted_positions": ada.drafted_positions}
         return s
+
+
+def with_threads(engine_cfg, cpus: float):
+    """Ray sets OMP_NUM_THREADS to an actor's whole CPUs (1 for a fractional or 1-CPU actor), so torch would
+    run one thread whatever the machine has: unless `engine.num_threads` is set, use the CPUs reserved."""
+    import math
+
+    if engine_cfg.num_threads:
+        return engine_cfg
+    return engine_cfg.model_copy(update={"num_threads": max(1, math.ceil(cpus))})

@@ -7,6 +7,7 @@ router over Ray Serve replicas. A client that disconnects aborts its request (it
 from __future__ import annotations
 
 import hmac
+import inspect
 import json
 import time
 import uuid
@@ -15,7 +16,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from router.backend import Backend, Delta
+from router.backend import Backend, BackendUnavailableError, Delta
 from router.errors import APIError, error_body, error_response, install_handlers
 from router.metrics_text import prometheus_text
 from router.schemas import ChatCompletionRequest, CompletionRequest
@@ -85,7 +86,11 @@ def build_api(backend: Backend, api_key: str | None = None, max_body_bytes: int 
     if api_key is not None:
         app.add_middleware(BearerAuth, key=api_key)
 
+    app.state.draining = False  # set on SIGTERM (cluster: Ingress.drain): new requests get 503
+
     def _admit(model: str) -> None:
+        if app.state.draining:
+            raise APIError(503, "server is shutting down; retry on another instance", headers={"Retry-After": "1"})
         if model != backend.model_name:
             raise APIError(404, f"model {model!r} not found; this server serves {backend.model_name!r}", "model",
                            "model_not_found")
@@ -94,7 +99,14 @@ def build_api(backend: Backend, api_key: str | None = None, max_body_bytes: int 
                            headers={"Retry-After": "1"})
 
     @app.get("/health")
-    async def health() -> dict:
+    async def health():
+        """200 only when requests can be served: not while draining, and (cluster) not before a target
+        replica answers, so a readiness probe does not send traffic to an ingress whose replicas still load."""
+        if app.state.draining:
+            return error_response(503, "draining")
+        ready = getattr(backend, "ready", None)
+        if ready is not None and not await ready():
+            return error_response(503, "no target replica is ready yet")
         return {"status": "ok"}
 
     @app.get("/v1/models")
@@ -104,7 +116,10 @@ def build_api(backend: Backend, api_key: str | None = None, max_body_bytes: int 
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(prometheus_text(backend.stats()), media_type="text/plain; version=0.0.4")
+        stats = backend.stats()
+        if inspect.isawaitable(stats):  # the cluster's backend asks its replicas
+            stats = await stats
+        return PlainTextResponse(prometheus_text(stats), media_type="text/plain; version=0.0.4")
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
@@ -126,6 +141,8 @@ def build_api(backend: Backend, api_key: str | None = None, max_body_bytes: int 
             first = await anext(stream)  # invalid input (too long, bad token ids) fails here, before any byte
         except InvalidRequestError as exc:
             raise APIError(400, str(exc), "prompt" if messages is None else "messages") from None
+        except BackendUnavailableError as exc:
+            raise APIError(503, str(exc), headers={"Retry-After": "1"}) from None
         created = int(time.time())
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -142,6 +159,8 @@ def build_api(backend: Backend, api_key: str | None = None, max_body_bytes: int 
                     last = d
                     if await request.is_disconnected():
                         break
+        except BackendUnavailableError as exc:  # the replica died mid-request: no partial answer
+            raise APIError(503, str(exc), headers={"Retry-After": "1"}) from None
         finally:
             await stream.aclose()  # aborts the request if it is still running
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if kind == "chat.completion"
@@ -183,8 +202,9 @@ def build_api(backend: Backend, api_key: str | None = None, max_body_bytes: int 
                          "usage": _usage(last)}
                 yield f"data: {json.dumps(usage)}\n\n".encode()
             yield b"data: [DONE]\n\n"
-        except RuntimeError as exc:  # the engine failed mid-stream: say so in the stream, then end it
-            yield f"data: {json.dumps(error_body(500, str(exc)))}\n\n".encode()
+        except RuntimeError as exc:  # the engine or its replica failed mid-stream: say so, then end the stream
+            status = 503 if isinstance(exc, BackendUnavailableError) else 500
+            yield f"data: {json.dumps(error_body(status, str(exc)))}\n\n".encode()
         finally:
             await stream.aclose()  # a disconnected client lands here: the request is aborted
 

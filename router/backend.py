@@ -5,7 +5,7 @@ The cluster provides another implementation that routes to Ray Serve replicas; t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -26,13 +26,18 @@ class Delta:
     extra: dict = field(default_factory=dict)
 
 
+class BackendUnavailableError(RuntimeError):
+    """The request's replica failed (its process died, or Serve has none to give): the API answers 503 with
+    Retry-After, or ends a stream with an error event, never a bare 500 or a hang."""
+
+
 class Backend(Protocol):
     model_name: str
 
     def generate(self, prompt: str | list[int] | None, messages: list[dict[str, str]] | None,
                  params: SamplingParams, req_id: str) -> AsyncIterator[Delta]: ...
 
-    def stats(self) -> dict: ...
+    def stats(self) -> dict | Awaitable[dict]: ...  # engine stats (a cluster's backend sums its replicas')
 
     def num_inflight(self) -> int: ...
 

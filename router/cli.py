@@ -84,7 +84,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.config:
         cfg = base.model_copy(update={"http": base.http.model_copy(update=http)})
     else:
-        cfg = ClusterConfig(engine=engine, replicas=args.replicas, http=HTTPConfig(**http))
+        # one machine: give the replicas its cores (the ingress keeps half a CPU), so each engine gets the
+        # torch threads they stand for (Ray would otherwise pin every replica to one thread)
+        cpus = max(0.25, ((os.cpu_count() or 1) - 0.5) / args.replicas)
+        cfg = ClusterConfig(engine=engine, replicas=args.replicas, http=HTTPConfig(**http),
+                            placement={"replica_cpus": cpus})
     run_local_cluster(cfg)
     return 0
 

@@ -1,6 +1,8 @@
 """OpenAI-style errors: every failure the API returns is `{"error": {"message", "type", "param", "code"}}`."""
 from __future__ import annotations
 
+import logging
+
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -8,6 +10,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable"}
+
+
+log = logging.getLogger(__name__)
 
 
 class APIError(Exception):
@@ -46,3 +51,10 @@ def install_handlers(app) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        # a bug, not the client's fault: an OpenAI-style 500 that names the exception type, never its text
+        # (which could carry request data); the traceback goes to the server log
+        log.error("unhandled %s", type(exc).__name__, exc_info=exc)
+        return error_response(500, f"internal server error ({type(exc).__name__})")

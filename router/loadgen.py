@@ -42,7 +42,7 @@ class LoadgenConfig(BaseModel):
 class Record:
     start: float
     end: float = 0.0
-    outcome: str = "ok"  # ok | disconnected | http_<code> | timeout | <exception name>
+    outcome: str = "ok"  # ok | disconnected | http_<code> | stream_error_<type> | timeout | <exception name>
     stream: bool = False
     ttft: float | None = None
     itl: list[float] = field(default_factory=list)
@@ -116,6 +116,9 @@ class Loadgen:
                         if not line.startswith("data: ") or line == "data: [DONE]":
                             continue
                         data = json.loads(line[6:])
+                        if data.get("error"):  # the server ended the stream with an error event
+                            rec.outcome = f"stream_error_{data['error'].get('type', 'unknown')}"
+                            return text
                         if data.get("usage"):
                             rec.completion_tokens = data["usage"]["completion_tokens"]
                         if not data.get("choices"):

@@ -1,6 +1,7 @@
 """Spec-decode and latency metrics, with vLLM's definitions (see seed-notes section 2)."""
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -83,10 +84,15 @@ def percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
+LATENCY_WINDOW = 10_000  # samples kept per latency metric
+
+
 @dataclass(slots=True)
 class LatencyStats:
-    ttft: list[float] = field(default_factory=list)  # seconds, one per request
-    itl: list[float] = field(default_factory=list)  # seconds between consecutive emitted tokens
+    """The latest samples only (a server runs for weeks: unbounded lists grew its memory and made every
+    /metrics call sort all of them)."""
+    ttft: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))  # seconds, one per request
+    itl: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))  # seconds between emitted tokens
 
     def to_dict(self) -> dict[str, float | None]:
         ms = lambda v: None if v is None else round(v * 1000, 2)  # noqa: E731

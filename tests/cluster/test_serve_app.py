@@ -50,6 +50,16 @@ def test_replica_stats_and_metrics(serve_app):
     assert m.gpu.handles == []
 
 
+def test_ingress_metrics_sum_the_replicas(serve_app):
+    import httpx
+
+    lines = dict(ln.rsplit(" ", 1) for ln in httpx.get(serve_app + "/metrics", timeout=30).text.splitlines()
+                 if ln and not ln.startswith("#"))
+    assert float(lines["specfleet:kv_cache_usage_perc"]) == 0.0  # idle: every request's blocks are back
+    assert float(lines["specfleet:replicas_unreachable"]) == 0.0
+    assert float(lines["specfleet:spec_decode_num_drafts"]) > 0  # both replicas' counters, summed
+
+
 def test_a_configuration_that_cannot_be_placed_fails_fast(serve_app):
     from cluster.app import PlacementError, build_app
 

@@ -26,3 +26,14 @@ def test_shared_prefix_goes_home_until_the_home_is_overloaded():
     assert all(ch.choose(prefix + [i]) == first for i in range(20))  # idle cluster: always home
     ch.started(first, 10_000)
     assert ch.choose(prefix + [5]) != first  # home far above the others: balance wins
+
+
+def test_a_failed_replica_is_avoided_while_others_remain():
+    ch = ReplicaChooser(["a", "b"], affinity_tokens=8, sick_s=60)
+    prefix = list(range(8))
+    home = ch.choose(prefix)
+    ch.failed(home)
+    assert all(ch.choose(prefix + [i]) != home for i in range(20))  # not even its own prefix goes there
+    ch.failed("a" if home == "b" else "b")
+    assert ch.choose(prefix) in {"a", "b"}  # every replica sick: still answer (Serve may have replaced them)
+    assert ch.choose([1], avoid={"a"}) == "b"
