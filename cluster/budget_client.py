@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 class GlobalCapacityPlanner:
     def __init__(self, replica_id: str, group: str = "default", local_capacity: int | None = None,
                  group_capacity: int | None = None, deadline_s: float = 0.002, retry_s: float = 1.0,
-                 cost_table_json: str | None = None) -> None:
+                 cost_table_json: str | None = None, stuck_s: float = 30.0) -> None:
         self.replica_id, self.group = replica_id, group
         self.local_capacity = local_capacity  # this replica's share when planning alone (None: no cap)
         self.group_capacity = group_capacity
@@ -33,6 +33,8 @@ class GlobalCapacityPlanner:
         self.global_plans = self.local_plans = 0
         self._actor = None
         self._pending = None
+        self._pending_since = 0.0
+        self.stuck_s = stuck_s  # an answer this late: the actor is hung, reconnect
         self._next_try = 0.0
 
     def _connect(self):
@@ -67,8 +69,9 @@ class GlobalCapacityPlanner:
     def __call__(self, req_ids: list[str], scores: torch.Tensor) -> torch.Tensor:
         answer = self._collect()
         actor = self._connect()
-        if actor is not None:
-            self._pending = actor.plan.remote(self.replica_id, req_ids, scores.numpy())
+        if actor is not None and self._pending is None:  # one request in flight at a time
+            self._pending, self._pending_since = actor.plan.remote(self.replica_id, req_ids, scores.numpy()), \
+                time.monotonic()
         local = self._local(scores)
         if not answer:
             self.local_plans += 1
@@ -81,12 +84,20 @@ class GlobalCapacityPlanner:
         return torch.tensor([answer[r] if c else int(v) for r, c, v in zip(req_ids, covered, local)])
 
     def _collect(self) -> dict[str, int] | None:
+        """The answer to the previous request if it arrives within the deadline. A late answer is not
+        dropped: it stays pending (and is used, or its error seen, at a later step). Dropping it hid a dead
+        actor for good: its error arrives after the 2 ms deadline, and every step sent a new request to the
+        dead handle (measured: benchmarks/faults.py never saw the actor re-created). An answer pending longer
+        than `stuck_s` means a hung actor: reconnect."""
         if self._pending is None:
             return None
-        ref, self._pending = self._pending, None
-        ready, _ = ray.wait([ref], timeout=self.deadline_s)
+        ready, _ = ray.wait([self._pending], timeout=self.deadline_s)
         if not ready:
+            if time.monotonic() - self._pending_since > self.stuck_s:
+                log.warning("budget actor silent for %.0f s: planning locally, reconnecting", self.stuck_s)
+                self._pending, self._actor, self._next_try = None, None, time.monotonic() + self.retry_s
             return None
+        ref, self._pending = self._pending, None
         try:
             return ray.get(ready[0])
         except (RayActorError, RayError) as e:

@@ -148,7 +148,17 @@ def build_api(backend: Backend, api_key: str | None = None, max_body_bytes: int 
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return _AbortingStream(_sse(request, first, stream, rid, created, kind, body, include_usage),
                                      media_type="text/event-stream")
-        return JSONResponse(await _collect(request, first, stream, rid, created, kind, body))
+        try:
+            out = await _collect(request, first, stream, rid, created, kind, body)
+        except BackendUnavailableError:
+            # its replica died mid-request; the client has seen nothing yet, so run it once more from the
+            # start (another replica; a seeded or greedy request gives the same answer)
+            stream = backend.generate(prompt, messages, params, rid + "-retry")
+            try:
+                out = await _collect(request, await anext(stream), stream, rid, created, kind, body)
+            except BackendUnavailableError as exc:
+                raise APIError(503, str(exc), headers={"Retry-After": "1"}) from None
+        return JSONResponse(out)
 
     async def _collect(request, first: Delta, stream, rid, created, kind, body) -> dict:
         text, last = first.text, first
@@ -159,8 +169,6 @@ def build_api(backend: Backend, api_key: str | None = None, max_body_bytes: int 
                     last = d
                     if await request.is_disconnected():
                         break
-        except BackendUnavailableError as exc:  # the replica died mid-request: no partial answer
-            raise APIError(503, str(exc), headers={"Retry-After": "1"}) from None
         finally:
             await stream.aclose()  # aborts the request if it is still running
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if kind == "chat.completion"

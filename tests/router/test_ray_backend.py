@@ -71,3 +71,47 @@ def test_a_replica_dead_mid_stream_ends_the_request_with_a_clean_error():
     with pytest.raises(BackendUnavailableError, match="replica a failed"):
         asyncio.run(_run(backend))  # a token was already sent: not repeated elsewhere
     assert backend.retried == 0 and backend.num_inflight() == 0
+
+
+class _FlakyBackend:
+    """Dies mid-request on the first call (after a token), serves in full on the second."""
+    model_name = "m"
+
+    def __init__(self):
+        self.calls = 0
+
+    def num_inflight(self):
+        return 0
+
+    def stats(self):
+        return {}
+
+    async def generate(self, prompt, messages, params, req_id):
+        from router.backend import Delta
+
+        self.calls += 1
+        yield Delta([5], "a", False, None, 3, 1)
+        if self.calls == 1:
+            raise BackendUnavailableError("replica a failed (ActorDiedError); retry the request")
+        yield Delta([6], "b", True, "length", 3, 2)
+
+
+def test_the_api_reruns_a_non_streamed_request_whose_replica_died_and_streams_get_an_error_event():
+    import httpx
+
+    from router.api import build_api
+
+    async def go():
+        backend = _FlakyBackend()
+        transport = httpx.ASGITransport(app=build_api(backend))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            body = {"model": "m", "prompt": "x", "max_tokens": 2}
+            ok = await client.post("/v1/completions", json=body)
+            backend.calls = 0
+            streamed = await client.post("/v1/completions", json=body | {"stream": True})
+        return ok, streamed, backend
+
+    ok, streamed, backend = asyncio.run(go())
+    assert ok.status_code == 200 and ok.json()["choices"][0]["text"] == "ab"  # not "a" + "ab"
+    events = [ln for ln in streamed.text.splitlines() if ln.startswith("data: {")]
+    assert '"service_unavailable"' in events[-1] and backend.calls == 1  # a sent token is never repeated
