@@ -24,6 +24,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PROFILE_CONTEXT = 256  # context length of the warm-up steps
+# Every this many steps each request drafts at least one position even where the depth plan says none:
+# estimates come from the draft's own features, so a request planned at depth 0 never gets new ones and
+# stayed undrafted for good (measured: the trained draft on repetitive prompts at c=1 drafted 0 of 188 steps,
+# 18.9 tok/s vs 21-22 for fixed k=2). One batched draft iteration every 8 steps costs ~1% of step time.
+PROBE_EVERY = 8
+PRIOR_RATE = 0.1  # the batch prior: exponential mean of the estimates over steps (~10 steps)
+PLAN_SHRINK = 0.5  # weight of a request's own last estimates in its depth plan (the rest: the batch mean)
 
 
 class CapacityPlanner(Protocol):
@@ -43,7 +50,8 @@ class AdaptiveVerifier:
         self.offered_positions = 0
         self.drafted_positions = 0
         self._last: dict[str, torch.Tensor] = {}  # req_id -> last step's acceptance estimates [K]
-        self._prior = torch.ones(estimator.k)  # for requests without estimates yet: the batch mean
+        self._prior = torch.ones(estimator.k)  # for requests without estimates yet: the running mean
+        self._plans = 0
 
     @classmethod
     def build(cls, engine: "LLMEngine") -> "AdaptiveVerifier":
@@ -76,13 +84,20 @@ class AdaptiveVerifier:
             return
         reqs = [r for r, _ in plan.decodes]
         n = torch.tensor([d for _, d in plan.decodes])
-        scores = survival(torch.stack([self._last.get(r.req_id, self._prior) for r in reqs]), n)
+        # last step's estimates are about last step's tokens: shrink them halfway to the batch mean, the better
+        # guess for the next token (planned on its own, a request whose last draft looked bad was planned at
+        # depth 0 for ~8 steps at a time: 122 of 171 steps at c=1, though drafting pays above p1 = 0.10 there)
+        last = torch.stack([self._last.get(r.req_id, self._prior) for r in reqs])
+        scores = survival(PLAN_SHRINK * last + (1 - PLAN_SHRINK) * self._prior, n)
         caps = n
         if self.draft_cost is not None and self.estimator_ready:
             B = len(reqs)
             prefill_tokens = sum(c for _, c in plan.prefills)
             caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens, float(B),
                                          self.overhead_s, self.draft_cost.lookup(B, B))
+            self._plans += 1
+            if self._plans % PROBE_EVERY == 0:  # refresh the estimates of requests planned at depth 0
+                caps = caps.clamp_min(1)
         if self.capacity_planner is not None:  # shared drafter: offer only the positions this replica wants
             wanted = scores * (torch.arange(scores.shape[1])[None, :] < caps[:, None])
             caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], wanted))
@@ -114,7 +129,8 @@ class AdaptiveVerifier:
         drafted = torch.arange(K)[None, :] < n[:, None]
         if bool(drafted.any()):
             mean = (probs * drafted).sum(0) / drafted.sum(0).clamp_min(1)
-            self._prior = torch.where(drafted.any(0), mean, self._prior)
+            # a running mean over steps, not this step's batch mean (at c=1 that is the request itself)
+            self._prior = torch.where(drafted.any(0), self._prior + PRIOR_RATE * (mean - self._prior), self._prior)
         for b, (req, _) in enumerate(plan.decodes):
             old = self._last.get(req.req_id, self._prior)
             self._last[req.req_id] = torch.where(drafted[b], probs[b], old)
