@@ -49,6 +49,8 @@ def _kill_drafter() -> tuple[object, callable]:
 
 
 def _kill_budget_actor() -> tuple[object, callable]:
+    """Recovered = a new actor exists and the replicas' global plans grow again after it appeared (the
+    actor's own plan count stays 0 when no drafter capacity is shared, so it cannot tell)."""
     import ray
 
     from cluster.budget_actor import ACTOR_NAME, NAMESPACE
@@ -56,13 +58,18 @@ def _kill_budget_actor() -> tuple[object, callable]:
     old = ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
     old_id = old._actor_id.hex()
     ray.kill(old)
+    seen: dict[str, int] = {}
 
     def planning_again() -> bool:
         try:
             new = ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
         except ValueError:
             return False
-        return new._actor_id.hex() != old_id and ray.get(new.state.remote(), timeout=10)["plans"] > 0
+        if new._actor_id.hex() == old_id:
+            return False
+        plans = sum(_stats(i)["budget"]["global_plans"] for i in range(2))
+        seen.setdefault("at_new_actor", plans)
+        return plans > seen["at_new_actor"]
 
     return old_id, planning_again
 

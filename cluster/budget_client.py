@@ -85,10 +85,9 @@ class GlobalCapacityPlanner:
 
     def _collect(self) -> dict[str, int] | None:
         """The answer to the previous request if it arrives within the deadline. A late answer is not
-        dropped: it stays pending (and is used, or its error seen, at a later step). Dropping it hid a dead
-        actor for good: its error arrives after the 2 ms deadline, and every step sent a new request to the
-        dead handle (measured: benchmarks/faults.py never saw the actor re-created). An answer pending longer
-        than `stuck_s` means a hung actor: reconnect."""
+        dropped: it stays pending (used, or its error seen, at a later step) and no new request is sent
+        meanwhile, so a slow actor is not sent more work than it can answer. An answer pending longer than
+        `stuck_s` means a hung actor (no error will come): reconnect."""
         if self._pending is None:
             return None
         ready, _ = ray.wait([self._pending], timeout=self.deadline_s)
