@@ -36,6 +36,20 @@ def _rss_mb(root: psutil.Process) -> float:
     return total / 2**20
 
 
+def _by_process(root: psutil.Process) -> dict[str, float]:
+    """RSS in MB per process of the tree, by Ray's process title (ray::ServeReplica:...:target-0, gcs_server,
+    raylet, ...), so a growth can be pinned on one of them."""
+    out: dict[str, float] = {}
+    for p in [root] + root.children(recursive=True):
+        try:
+            cmd = p.cmdline()
+            label = (cmd[0] if cmd and cmd[0].startswith("ray::") else p.name())[:60]
+            out[label] = round(out.get(label, 0.0) + p.memory_info().rss / 2**20, 1)
+        except psutil.Error:
+            pass
+    return out
+
+
 def _metric(url: str, name: str) -> float | None:
     for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
         if line.startswith(name):
@@ -68,12 +82,17 @@ def main() -> None:
             raise SystemExit("server did not come up")
         time.sleep(1)
     rss: list[tuple[float, float]] = []
+    per_process: dict[str, dict[str, float]] = {}
     stop = threading.Event()
 
     def sample() -> None:
         start = time.time()
         while not stop.wait(10):
-            rss.append((round(time.time() - start, 1), round(_rss_mb(root), 1)))
+            t = time.time() - start
+            rss.append((round(t, 1), round(_rss_mb(root), 1)))
+            if t >= args.warmup and "after_warmup" not in per_process:
+                per_process["after_warmup"] = _by_process(root)
+        per_process["end"] = _by_process(root)
 
     threading.Thread(target=sample, daemon=True).start()
     cfg = LoadgenConfig(url=url, concurrency=args.concurrency, duration_s=args.duration, turns=3,
@@ -93,6 +112,7 @@ def main() -> None:
     result = {"summary": report["summary"], "config": report["config"], "kv_usage_when_idle": kv_idle,
               "rss_mb_after_warmup": base, "rss_mb_end": end,
               "rss_growth": round(end / base - 1, 4) if base and end else None, "rss_samples": rss,
+              "rss_mb_by_process": per_process,
               "records": report["records"]}
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k not in ("records", "rss_samples")}, indent=1))
