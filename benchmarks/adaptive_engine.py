@@ -88,13 +88,36 @@ def plot(rows: list[dict], throughput_png: Path, acceptance_png: Path) -> None:
     fig.savefig(acceptance_png, dpi=110)
 
 
+def markdown_tables(data: dict) -> str:
+    """The docs' tables (tokens/s medians, both ratios) from a results JSON."""
+    rows = data["rows"]
+    summary = summarise(rows)  # recomputed: older files lack the paired ratio
+    tps = {(r["mode"], r["k"], r["workload"], r["concurrency"]): r["output_tokens_per_s"] for r in rows}
+    out = []
+    for m, title in (("draft", "trained draft"), ("ngram", "n-gram")):
+        out += [f"**{title}** (tokens/s, median of {data['repeat']}):", "",
+                "| workload | c | no spec | k=2 | k=4 | k=7 | adaptive | adaptive / max(no spec, best k) | same, "
+                "paired per cycle | k=7 / no spec |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for s in (s for s in summary if s["method"] == m):
+            w, c = s["workload"], s["concurrency"]
+            ks = " | ".join(f"{tps[(m, k, w, c)]:.1f}" for k in FIXED)
+            out.append(f"| {w} | {c} | {s['off']:.1f} | {ks} | {s['adaptive']:.1f} | {s['adaptive_vs_best']:.2f} "
+                       f"| {s['adaptive_vs_best_paired']:.2f} | {s['fixed7_vs_off']:.2f} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--concurrency", default="1,2,4,8,16,32")
     ap.add_argument("--out", default="benchmarks/results/adaptive_engine_cpu.json")
+    ap.add_argument("--tables", metavar="JSON", help="only print the markdown tables of an earlier run")
     args = ap.parse_args()
+    if args.tables:
+        print(markdown_tables(json.loads(Path(args.tables).read_text())))
+        return
     rows = run_bench(["sharegpt", "repetitive"], [int(c) for c in args.concurrency.split(",")], MODES, 7,
                      args.max_tokens, [], 1, 0, "auto", None, repeat=args.repeat, kv_cache_memory_gb=0.5)
     data = [r.__dict__ for r in rows]
