@@ -72,3 +72,36 @@ def free_port():
 def tiny_full_vocab_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A draft for tiny_full_vocab (same vocabulary, another seed, one layer)."""
     return make_tiny_llama(tmp_path_factory.mktemp("tiny_full_vocab_draft"), seed=4, vocab=49152, hidden=64, layers=1)
+
+
+@pytest.fixture
+def background_stream():
+    """start(url, body, headers=None) -> (thread, first_chunk, got): streams a completion in a thread and
+    records its usage chunk, finish reason and any error event in `got` (SIGTERM / drain tests)."""
+    import json
+    import threading
+
+    import httpx
+
+    def start(url: str, body: dict, headers: dict | None = None):
+        got: dict = {}
+        first = threading.Event()
+
+        def run() -> None:
+            with httpx.stream("POST", url + "/v1/completions", json=body, headers=headers or {}, timeout=120) as r:
+                for line in r.iter_lines():
+                    first.set()
+                    if line.startswith("data: {"):
+                        data = json.loads(line[6:])
+                        if data.get("usage"):
+                            got["usage"] = data["usage"]
+                        elif data.get("error"):
+                            got["error"] = data["error"]
+                        elif data["choices"][0].get("finish_reason"):
+                            got["finish"] = data["choices"][0]["finish_reason"]
+
+        t = threading.Thread(target=run)
+        t.start()
+        return t, first, got
+
+    return start

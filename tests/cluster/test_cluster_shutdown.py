@@ -1,7 +1,6 @@
 """`specfleet serve` (a real local Ray cluster in a subprocess): an API key keeps unauthenticated requests out
 and never shows up in the server's output, the Ray session's logs or /metrics; SIGTERM drains: a stream in
 flight finishes in full, then the server exits."""
-import json
 import os
 import pathlib
 import shutil
@@ -9,7 +8,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import httpx
@@ -61,7 +59,7 @@ def cluster_server(tiny_full_vocab, free_port):
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def test_api_key_and_sigterm_drain_on_the_cluster(cluster_server):
+def test_api_key_and_sigterm_drain_on_the_cluster(cluster_server, background_stream):
     url, proc, ray_tmp, log = cluster_server
     model = httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}).json()["data"][0]["id"]
     body = {"model": model, "prompt": "drain me", "max_tokens": 1500, "temperature": 0, "ignore_eos": True}
@@ -72,23 +70,8 @@ def test_api_key_and_sigterm_drain_on_the_cluster(cluster_server):
     metrics = httpx.get(url + "/metrics", timeout=30).text
     assert "kv_cache_usage_perc" in metrics and KEY not in metrics
 
-    got: dict = {}
-    first = threading.Event()
-
-    def stream() -> None:
-        with httpx.stream("POST", url + "/v1/completions", headers=auth, timeout=120,
-                          json=body | {"stream": True, "stream_options": {"include_usage": True}}) as r:
-            for line in r.iter_lines():
-                first.set()
-                if line.startswith("data: {"):
-                    data = json.loads(line[6:])
-                    if data.get("usage"):
-                        got["usage"] = data["usage"]
-                    elif data.get("error"):
-                        got["error"] = data["error"]
-
-    t = threading.Thread(target=stream)
-    t.start()
+    t, first, got = background_stream(url, body | {"stream": True, "stream_options": {"include_usage": True}},
+                                      auth)
     assert first.wait(60)
     proc.send_signal(signal.SIGTERM)
     deadline = time.time() + 30

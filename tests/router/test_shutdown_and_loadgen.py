@@ -1,11 +1,9 @@
 """SIGTERM drains the server (in-flight requests finish, new ones are refused), and the load generator
 accounts for every request against a real server, including clients that hang up mid-stream."""
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import httpx
@@ -35,28 +33,13 @@ def local_server(tiny_full_vocab, free_port):
     proc.wait(10)
 
 
-def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(local_server):
+def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(local_server, background_stream):
     url, proc = local_server
     body = {"model": str("x"), "prompt": "drain me", "max_tokens": 600, "temperature": 0, "stream": True,
             "ignore_eos": True, "stream_options": {"include_usage": True}}
     models = httpx.get(url + "/v1/models").json()
     body["model"] = models["data"][0]["id"]
-    got: dict = {}
-    first = threading.Event()
-
-    def stream() -> None:
-        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as r:
-            for line in r.iter_lines():
-                first.set()
-                if line.startswith("data: {"):
-                    data = json.loads(line[6:])
-                    if data.get("usage"):
-                        got["usage"] = data["usage"]
-                    elif data["choices"][0].get("finish_reason"):
-                        got["finish"] = data["choices"][0]["finish_reason"]
-
-    t = threading.Thread(target=stream)
-    t.start()
+    t, first, got = background_stream(url, body)
     assert first.wait(30)
     proc.send_signal(signal.SIGTERM)
     t.join(60)
