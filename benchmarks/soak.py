@@ -43,7 +43,8 @@ def _by_process(root: psutil.Process) -> dict[str, float]:
     for p in [root] + root.children(recursive=True):
         try:
             cmd = p.cmdline()
-            label = (cmd[0] if cmd and cmd[0].startswith("ray::") else p.name())[:60]
+            # a Ray worker's title carries its current task after a dot (ray::ServeReplica:app:target-0.handle_...)
+            label = cmd[0].split(".")[0] if cmd and cmd[0].startswith("ray::") else p.name()
             out[label] = round(out.get(label, 0.0) + p.memory_info().rss / 2**20, 1)
         except psutil.Error:
             pass
