@@ -17,25 +17,27 @@ def run_local_cluster(cfg, blocking: bool = True) -> None:
         # Ray's token auth protects clusters reachable by others; a loopback-only local cluster runs without
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": cfg.http.host, "port": cfg.http.port})
-    serve.run(build_app(cfg.model_dump()), name="specfleet", route_prefix="/", blocking=False)
-    print(f"specfleet: {cfg.served_name} ({cfg.replicas} replica(s), speculation {cfg.engine.spec.method}, "
-          f"verify {cfg.engine.spec.verify}) ready in {time.perf_counter() - t0:.1f} s on "
-          f"http://{cfg.http.host}:{cfg.http.port}/v1", flush=True)
-    if blocking:
-        signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM drains like Ctrl-C
+    if blocking:  # after ray.init (whose own handler would die on SIGTERM), before the app can take requests:
+        signal.signal(signal.SIGTERM, _interrupt)  # /health may turn 200 before serve.run returns
+    try:
+        serve.start(http_options={"host": cfg.http.host, "port": cfg.http.port})
+        serve.run(build_app(cfg.model_dump()), name="specfleet", route_prefix="/", blocking=False)
+        print(f"specfleet: {cfg.served_name} ({cfg.replicas} replica(s), speculation {cfg.engine.spec.method}, "
+              f"verify {cfg.engine.spec.verify}) ready in {time.perf_counter() - t0:.1f} s on "
+              f"http://{cfg.http.host}:{cfg.http.port}/v1", flush=True)
+        if not blocking:
+            return
+        while True:  # SIGTERM drains like Ctrl-C
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print(f"specfleet: draining (in-flight requests get up to {cfg.http.drain_timeout_s:g} s)", flush=True)
         try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            print(f"specfleet: draining (in-flight requests get up to {cfg.http.drain_timeout_s:g} s)", flush=True)
-            try:
-                left = drain(cfg.http.drain_timeout_s)
-                print(f"specfleet: drained ({left} request(s) still in flight cut off); stopping", flush=True)
-            except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM: stop now
-                print("specfleet: drain interrupted; stopping now", flush=True)
-            serve.shutdown()
-            ray.shutdown()
+            left = drain(cfg.http.drain_timeout_s)
+            print(f"specfleet: drained ({left} request(s) still in flight cut off); stopping", flush=True)
+        except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM: stop now
+            print("specfleet: drain interrupted; stopping now", flush=True)
+        serve.shutdown()
+        ray.shutdown()
 
 
 def drain(timeout_s: float, app_name: str = "specfleet") -> int:

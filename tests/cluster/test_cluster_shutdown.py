@@ -75,8 +75,12 @@ def test_api_key_and_sigterm_drain_on_the_cluster(cluster_server, background_str
     assert first.wait(60)
     proc.send_signal(signal.SIGTERM)
     deadline = time.time() + 30
-    while time.time() < deadline and httpx.get(url + "/health", timeout=5).status_code == 200:
-        time.sleep(0.2)
+    try:
+        while time.time() < deadline and httpx.get(url + "/health", timeout=5).status_code == 200:
+            time.sleep(0.2)
+    except httpx.HTTPError as exc:
+        time.sleep(2)
+        pytest.fail(f"the server stopped without draining ({exc!r}):\n" + log.read_text()[-3000:])
     refused = httpx.post(url + "/v1/completions", json=body | {"max_tokens": 2}, headers=auth, timeout=30)
     assert t.is_alive(), "the stream ended before the drain could be observed"
     assert refused.status_code == 503 and "shutting down" in refused.json()["error"]["message"]
