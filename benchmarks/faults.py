@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from router.loadgen import LoadgenConfig, run_loadgen
+from router.loadgen import LoadgenConfig, percentile, run_loadgen
 
 
 def _serve_actor(deployment: str):
@@ -97,13 +97,9 @@ def _window(records: list[dict], lo: float, hi: float) -> dict:
     kinds: dict[str, int] = {}
     for r in rs:
         kinds[r["outcome"]] = kinds.get(r["outcome"], 0) + 1
-    lat = sorted(r["end"] - r["start"] for r in rs if r["outcome"] == "ok")
-
-    def pct(q: float) -> float | None:
-        return round(lat[min(len(lat) - 1, int(q * len(lat)))], 3) if lat else None
-
+    lat = [r["end"] - r["start"] for r in rs if r["outcome"] == "ok"]
     return {"from_s": round(lo, 1), "to_s": round(hi, 1), "requests": len(rs), "outcomes": kinds,
-            "latency_p50": pct(0.5), "latency_p99": pct(0.99)}
+            "latency_p50": percentile(lat, 0.5), "latency_p99": percentile(lat, 0.99)}
 
 
 def _kv_idle(url: str) -> float | None:

@@ -24,18 +24,6 @@ import psutil
 from router.loadgen import LoadgenConfig, run_loadgen
 
 
-def _rss_mb(root: psutil.Process) -> float:
-    """The server and every process it started (Ray's raylet, GCS, workers: the replicas and the ingress)."""
-    procs = [root] + root.children(recursive=True)
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total / 2**20
-
-
 def _by_process(root: psutil.Process) -> dict[str, float]:
     """RSS in MB per process of the tree, by Ray's process title (ray::ServeReplica:...:target-0, gcs_server,
     raylet, ...), so a growth can be pinned on one of them."""
@@ -90,7 +78,7 @@ def main() -> None:
         start = time.time()
         while not stop.wait(10):
             t = time.time() - start
-            rss.append((round(t, 1), round(_rss_mb(root), 1)))
+            rss.append((round(t, 1), round(sum(_by_process(root).values()), 1)))
             if t >= args.warmup and "after_warmup" not in per_process:
                 per_process["after_warmup"] = _by_process(root)
         per_process["end"] = _by_process(root)

@@ -49,7 +49,7 @@ class Record:
     completion_tokens: int = 0
 
 
-def _pct(xs: list[float], q: float) -> float | None:
+def percentile(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
     xs = sorted(xs)
@@ -66,8 +66,8 @@ def summarise(records: list[Record], wall_s: float) -> dict:
     itl = [g for r in done for g in r.itl]
     return {"requests": len(records), "outcomes": kinds, "wall_s": round(wall_s, 2),
             "output_tokens_per_s": round(sum(r.completion_tokens for r in done) / wall_s, 2) if wall_s else 0.0,
-            "latency_p50": _pct(lat, 0.5), "latency_p99": _pct(lat, 0.99), "ttft_p50": _pct(ttft, 0.5),
-            "ttft_p99": _pct(ttft, 0.99), "itl_p50": _pct(itl, 0.5), "itl_p99": _pct(itl, 0.99),
+            "latency_p50": percentile(lat, 0.5), "latency_p99": percentile(lat, 0.99), "ttft_p50": percentile(ttft, 0.5),
+            "ttft_p99": percentile(ttft, 0.99), "itl_p50": percentile(itl, 0.5), "itl_p99": percentile(itl, 0.99),
             "latency_mean": round(statistics.fmean(lat), 4) if lat else None}
 
 
