@@ -27,6 +27,7 @@ def prometheus_text(stats: dict, prefix: str = "specfleet") -> str:
     if used is not None and total:
         put("kv_cache_usage_perc", used / total, help_="fraction of KV blocks in use")
     put("prefix_cache_hit_rate", stats.get("prefix_cache_hit_rate"), help_="prefix cache hits / queries")
+    put("heap_trims", stats.get("heap_trims"), "counter", "times freed heap memory was returned to the OS")
     put("replicas_unreachable", stats.get("replicas_unreachable"), help_="replicas that did not report (cluster)")
     lat = stats.get("latency") or {}
     for key in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms"):

@@ -103,6 +103,9 @@ class EngineConfig(BaseModel):
     max_model_len: int | None = Field(None, ge=16, description="Context limit; default the model's.")
     enable_prefix_caching: bool = Field(True, description="Share full KV blocks by a hash of their prefix.")
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default all cores.")
+    heap_trim_interval_s: float = Field(10.0, ge=0, description="Return freed heap memory to the OS (glibc "
+                                        "malloc_trim) at most this often; 0 disables. Without it resident "
+                                        "memory creeps up under mixed load.")
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="Target shards per replica (tensor parallel, "
                                       "one GPU each). Above 1 the engine needs its peer shards: the cluster "
                                       "starts them as Ray actors in the replica's placement group.")

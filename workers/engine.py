@@ -20,6 +20,7 @@ from workers.adaptive import AdaptiveVerifier
 from workers.attention import PREFILL_SEGMENT
 from workers.config import EngineConfig, SamplingParams
 from workers.detokenizer import IncrementalDetokenizer
+from workers.heap import HeapTrimmer
 from workers.llama import LlamaForward
 from workers.metrics import LatencyStats, SpecStats
 from workers.model_runner import ModelRunner, StepChunk, pick_device, pick_dtype
@@ -80,6 +81,7 @@ class LLMEngine:
         self.spec_stats = SpecStats()
         self.latency = LatencyStats()
         self.num_steps = 0
+        self.heap = HeapTrimmer(config.heap_trim_interval_s)
         self._ids = itertools.count()
         self._rng = random.Random()
 
@@ -152,6 +154,7 @@ class LLMEngine:
         t_start = time.perf_counter()
         plan = self.scheduler.schedule(self.k, adaptive_drafts=self.adaptive is not None)
         if plan.empty:
+            self.heap.maybe_trim()
             return self._collect_outputs()
         if self.adaptive is not None:
             self.adaptive.plan_depths(plan)
@@ -189,6 +192,7 @@ class LLMEngine:
         if self.adaptive is not None:
             self.adaptive.observe_step(time.perf_counter() - t_start, forward_s, draft_s, len(chunks),
                                        sum(len(c.token_ids) for c in chunks), not plan.prefills)
+        self.heap.maybe_trim()
         return self._collect_outputs()
 
     def _propose(self, decodes: list[tuple[Request, int]]) -> Proposal | None:
@@ -314,4 +318,6 @@ class LLMEngine:
             "prefix_cache_hit_rate": round(pool.hits / pool.queries, 4) if pool.queries else 0.0,
             "waiting": len(self.scheduler.waiting),
             "running": len(self.scheduler.running),
+            "heap_trims": self.heap.trims,
+            "heap_trim_seconds": round(self.heap.seconds, 3),
         }
