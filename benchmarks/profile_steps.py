@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import argparse
 import collections
+import statistics
 import time
 
 from workers.bench import _spec, _warmed, run_ours, workload_prompts
 from workers.config import EngineConfig
+from workers.cost_table import CostTable, hardware_key
 from workers.engine import LLMEngine
+from workers.model_store import cache_dir
 
 
 def instrument(e: LLMEngine) -> dict:
     T = collections.Counter()
     lengths: collections.Counter = collections.Counter()
+    decode_steps: list[tuple[int, int, float]] = []  # (requests, tokens, forward seconds)
     rr, pp, vv, st = e.runner.run, e._propose, e._verify, e.step
 
     def timed(key, fn):
@@ -30,7 +34,11 @@ def instrument(e: LLMEngine) -> dict:
 
     def run(chunks, **kw):
         T["tok"] += sum(len(c.token_ids) for c in chunks)
-        return timed("fwd", rr)(chunks, **kw)
+        t = time.perf_counter()
+        out = timed("fwd", rr)(chunks, **kw)
+        if all(c.num_logits == len(c.token_ids) for c in chunks):  # a pure decode/verify step
+            decode_steps.append((len(chunks), sum(len(c.token_ids) for c in chunks), time.perf_counter() - t))
+        return out
 
     def step():
         T["steps"] += 1
@@ -45,7 +53,16 @@ def instrument(e: LLMEngine) -> dict:
             T["vpos"] += int(p.num_drafts.sum())
             lengths.update(p.num_drafts.tolist())
         e.adaptive.trim = trim
-    return {"T": T, "lengths": lengths}
+    return {"T": T, "lengths": lengths, "decode_steps": decode_steps}
+
+
+def table_check(steps: list[tuple[int, int, float]], table: CostTable) -> str:
+    """How the warm-up cost table's prediction compares with the observed forward of pure decode steps:
+    the median observed / predicted, for steps at the batch's base tokens and for steps with extra tokens."""
+    base = [s / table.lookup(r, n) for r, n, s in steps if n == r]
+    extra = [s / table.lookup(r, n) for r, n, s in steps if n > r]
+    med = lambda xs: f"{statistics.median(xs):.2f} (n={len(xs)})" if xs else "-"  # noqa: E731
+    return f"observed/table: 1 token each {med(base)}, with drafts {med(extra)}"
 
 
 def main() -> None:
@@ -59,6 +76,10 @@ def main() -> None:
     engines = {m: _warmed(LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(m, 7))), args.max_tokens, 0)
                for m in args.modes.split(",")}
     any_e = next(iter(engines.values()))
+    # the warm-up table as measured (on disk), not the copies the adaptive engines refreshed since
+    key = hardware_key(any_e.config.model, str(any_e.model.dtype), str(any_e.model.device))
+    path = cache_dir() / "cost_tables" / f"{key}.json"
+    table = CostTable.from_json(path.read_text()) if path.exists() else None
     n = max(args.concurrency, 4)
     ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, n, 0)]
     for _ in range(args.rounds):
@@ -76,7 +97,8 @@ def main() -> None:
             print(f"{m}: {r['output_tokens_per_s']:.1f} tok/s, {k} steps, ms/step {ms}, tokens/step "
                   f"{T['tok'] / k:.1f}, verified/step {T['vpos'] / k:.2f}, MAL {r['mean_acceptance_length']}, "
                   f"acc/pos {r['acceptance_per_position']}"
-                  + (f", verify lengths {dict(sorted(probe['lengths'].items()))}" if e.adaptive else ""), flush=True)
+                  + (f", verify lengths {dict(sorted(probe['lengths'].items()))}" if e.adaptive else "")
+                  + (f"; {table_check(probe['decode_steps'], table)}" if table else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -140,11 +140,16 @@ class AdaptiveVerifier:
         self._last.pop(req_id, None)
 
     def observe_step(self, wall_s: float, forward_s: float, draft_s: float, requests: int, tokens: int,
-                     pure_decode: bool) -> None:
+                     pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0) -> None:
         """Refresh the cost model from a finished step: the target's forward (pure decode steps only:
-        prefill chunks lie far outside the grid and would drag the nearest cell up) and the host overhead."""
+        prefill chunks lie far outside the grid, at other context lengths), the drafter's time per
+        iteration (it ran `draft_depth` batched iterations for `draft_requests` requests; the first also
+        catches up on last step's accepted tokens, which the warm-up table, 1 token per request, leaves
+        out), and the host overhead."""
         if pure_decode:
             self.cost.observe(requests, tokens, forward_s)
+        if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
+            self.draft_cost.observe(draft_requests, draft_requests, draft_s / draft_depth)
         self.overhead_s += 0.1 * (max(0.0, wall_s - forward_s - draft_s) - self.overhead_s)
 
     def learn(self, proposal: "Proposal", verify: list[tuple[int, object, int, int]], accepted: list[int]) -> None:

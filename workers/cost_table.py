@@ -29,12 +29,16 @@ class CostTable:
     seconds: dict[tuple[int, int], float] = field(default_factory=dict)
     ema: float = 0.1  # weight of one online observation
 
+    def _row(self, requests: int) -> int:
+        """The measured request count nearest to `requests` (the row lookups read)."""
+        rs = sorted({r for r, _ in self.seconds})
+        i = min(bisect.bisect_left(rs, requests), len(rs) - 1)
+        return rs[i] if i == 0 or rs[i] - requests <= requests - rs[i - 1] else rs[i - 1]
+
     def _cells(self, requests: int) -> list[tuple[int, float]]:
         """The nearest request count's (tokens, seconds), made non-decreasing in tokens (pool-adjacent-
         violators): a noisy cell must not make verifying more look cheaper than verifying less."""
-        rs = sorted({r for r, _ in self.seconds})
-        i = min(bisect.bisect_left(rs, requests), len(rs) - 1)
-        r = rs[i] if i == 0 or rs[i] - requests <= requests - rs[i - 1] else rs[i - 1]
+        r = self._row(requests)
         cells = sorted((t, s) for (rr, t), s in self.seconds.items() if rr == r)
         return list(zip([t for t, _ in cells], _isotonic([s for _, s in cells])))
 
@@ -59,11 +63,25 @@ class CostTable:
         return torch.where(x <= ts[0], ss[0], out)
 
     def observe(self, requests: int, tokens: int, seconds: float) -> None:
-        """Online refresh: move the nearest cell towards an observed step time."""
+        """Online refresh: scale the cells a lookup of (requests, tokens) reads by observed / predicted,
+        each by its interpolation weight. (Moving only the nearest cell towards the raw time flattened the
+        curve: steps with a few more tokens than a cell pulled it up, steps with fewer pulled the next one
+        down, so extra verify tokens looked ever cheaper.)"""
         if not self.seconds:
             return
-        key = min(self.seconds, key=lambda k: (abs(k[0] - requests), abs(k[1] - tokens)))
-        self.seconds[key] += self.ema * (seconds - self.seconds[key])
+        r = self._row(max(1, requests))
+        cells = sorted(t for rr, t in self.seconds if rr == r)
+        j = min(max(bisect.bisect_left(cells, tokens), 1), len(cells) - 1)
+        if len(cells) == 1 or tokens <= cells[0]:
+            weights = {cells[0]: 1.0}
+        elif tokens >= cells[-1]:
+            weights = {cells[-1]: 1.0}
+        else:
+            w1 = (tokens - cells[j - 1]) / (cells[j] - cells[j - 1])
+            weights = {cells[j - 1]: 1.0 - w1, cells[j]: w1}
+        ratio = seconds / max(self.lookup(requests, tokens), 1e-12)
+        for t, w in weights.items():
+            self.seconds[(r, t)] *= 1.0 + self.ema * w * (ratio - 1.0)
 
     def to_json(self) -> str:
         return json.dumps({"seconds": [[r, t, s] for (r, t), s in sorted(self.seconds.items())]})

@@ -161,6 +161,7 @@ class LLMEngine:
         t_draft = time.perf_counter()
         proposal = self._propose(plan.decodes)
         draft_s = time.perf_counter() - t_draft
+        draft_depth = int(proposal.num_drafts.max()) if proposal is not None and len(plan.decodes) else 0
         if self.adaptive is not None and proposal is not None:
             self.adaptive.trim(proposal, plan)
         chunks, verify = [], []  # verify: (row in the proposal or -1, request, drafts, first logits row)
@@ -191,7 +192,8 @@ class LLMEngine:
                 self.scheduler.commit_full_blocks(req)
         if self.adaptive is not None:
             self.adaptive.observe_step(time.perf_counter() - t_start, forward_s, draft_s, len(chunks),
-                                       sum(len(c.token_ids) for c in chunks), not plan.prefills)
+                                       sum(len(c.token_ids) for c in chunks), not plan.prefills,
+                                       len(plan.decodes), draft_depth)
         self.heap.maybe_trim()
         return self._collect_outputs()
 

@@ -54,9 +54,20 @@ def test_cost_table_interpolates_extrapolates_and_refreshes():
     assert abs(t.lookup(7, 24) - 0.035) < 1e-9  # nearest request count: 8
     assert torch.allclose(t.lookup_many(1, torch.tensor([1, 3, 9])), torch.tensor([0.010, 0.012, 0.018],
                                                                                   dtype=torch.float64))
-    t.observe(1, 5, 0.024)
-    assert abs(t.seconds[(1, 5)] - 0.015) < 1e-9
+    t.observe(1, 5, 0.024)  # 1.714x the table: the (1, 5) cell moves 10% of the way
+    assert abs(t.seconds[(1, 5)] - 0.014 * (1 + 0.1 * (0.024 / 0.014 - 1))) < 1e-9
     assert CostTable.from_json(t.to_json()).seconds == t.seconds
+
+
+def test_refresh_keeps_the_slope_when_steps_fall_between_cells():
+    """Observations that agree with a steeper truth must steepen the curve, wherever they fall."""
+    t = CostTable({(32, 32): 0.100, (32, 64): 0.110})
+    truth = lambda n: 0.100 + (n - 32) * 0.002  # noqa: E731  (the real marginal token costs 2 ms, not 0.3)
+    for _ in range(400):
+        for n in (36, 40, 44, 52, 60):  # adaptive steps: never exactly on a grid cell
+            t.observe(32, n, truth(n))
+    assert abs(t.lookup(32, 40) - truth(40)) < 0.004 and abs(t.lookup(32, 60) - truth(60)) < 0.004
+    assert t.lookup(32, 64) - t.lookup(32, 32) > 0.05  # the old nearest-cell update: ~0.03 (half the true slope)
 
 
 def test_measure_respects_grid_and_time_budget():
