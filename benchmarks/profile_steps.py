@@ -80,6 +80,8 @@ def main() -> None:
     key = hardware_key(any_e.config.model, str(any_e.model.dtype), str(any_e.model.device))
     path = cache_dir() / "cost_tables" / f"{key}.json"
     table = CostTable.from_json(path.read_text()) if path.exists() else None
+    if table is not None:
+        table.row_block = next((e.adaptive.cost.row_block for e in engines.values() if e.adaptive), 1)
     n = max(args.concurrency, 4)
     ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, n, 0)]
     for _ in range(args.rounds):

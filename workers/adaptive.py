@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from workers.attention import SMALL_ROWS
 from workers.budget import choose_verify_lengths, survival
 from workers.cost_table import CostTable, hardware_key, load_or_measure
 from workers.estimators import LogisticEstimator, NgramEstimator
@@ -27,7 +28,9 @@ PROFILE_CONTEXT = 256  # context length of the warm-up steps
 # Every this many steps each request drafts at least one position even where the depth plan says none:
 # estimates come from the draft's own features, so a request planned at depth 0 never gets new ones and
 # stayed undrafted for good (measured: the trained draft on repetitive prompts at c=1 drafted 0 of 188 steps,
-# 18.9 tok/s vs 21-22 for fixed k=2). One batched draft iteration every 8 steps costs ~1% of step time.
+# 18.9 tok/s vs 21-22 for fixed k=2). The period grows with the batch: a probe first makes the draft catch up
+# on every token since the request's last draft (at c=32 that was 12.6 ms of a 239 ms step, probing every 8
+# steps), and the bigger the batch, the less a draft can pay, so the less there is to find out.
 PROBE_EVERY = 8
 PRIOR_RATE = 0.1  # the batch prior: exponential mean of the estimates over steps (~10 steps)
 PLAN_SHRINK = 0.5  # weight of a request's own last estimates in its depth plan (the rest: the batch mean)
@@ -63,6 +66,7 @@ class AdaptiveVerifier:
         requests = tuple(r for r in (1, 2, 4, 8, 16, 32, 64) if r <= cfg.max_num_seqs)
         cost = load_or_measure(path, lambda r, n: _profile_step(engine.runner, r, n),
                                budget_s=cfg.spec.cost_table_budget_s, requests=requests)
+        cost.row_block = SMALL_ROWS if cfg.batch_invariant else 1  # a property of the runner, not the file
         k = engine.k
         draft_cost = None
         if cfg.spec.method == "draft":  # one draft iteration of r requests (1 token each)
@@ -96,7 +100,7 @@ class AdaptiveVerifier:
             caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens, float(B),
                                          self.overhead_s, self.draft_cost.lookup(B, B))
             self._plans += 1
-            if self._plans % PROBE_EVERY == 0:  # refresh the estimates of requests planned at depth 0
+            if self._plans % (PROBE_EVERY * B) == 0:  # refresh the estimates of requests planned at depth 0
                 caps = caps.clamp_min(1)
         if self.capacity_planner is not None:  # shared drafter: offer only the positions this replica wants
             wanted = scores * (torch.arange(scores.shape[1])[None, :] < caps[:, None])

@@ -24,10 +24,17 @@ DEFAULT_EXTRA_TOKENS = (0, 1, 2, 4, 8)  # verify positions per request on top of
 
 @dataclass
 class CostTable:
-    """seconds[(requests, tokens)] for tokens >= requests (every request computes >= 1 position)."""
+    """seconds[(requests, tokens)] for tokens >= requests (every request computes >= 1 position).
+
+    `row_block` > 1: the runner computes linear layers in blocks of that many rows (the batch-invariant
+    path, 32), and a block costs about the same however full it is (measured at 32 requests, context 256:
+    32 tokens 135-149 ms; 38, 45 or 55 tokens in any mix 191-211 ms; 64 tokens 168-209 ms). So the step
+    time is a staircase in blocks, and interpolating between 32 and 64 tokens priced a few extra verify
+    tokens at a fraction of the block they open. Lookups above one block read the table at whole blocks."""
 
     seconds: dict[tuple[int, int], float] = field(default_factory=dict)
     ema: float = 0.1  # weight of one online observation
+    row_block: int = 1
 
     def _row(self, requests: int) -> int:
         """The measured request count nearest to `requests` (the row lookups read)."""
@@ -35,12 +42,28 @@ class CostTable:
         i = min(bisect.bisect_left(rs, requests), len(rs) - 1)
         return rs[i] if i == 0 or rs[i] - requests <= requests - rs[i - 1] else rs[i - 1]
 
+    def _x(self, tokens: int, requests: int | None = None) -> int:
+        """Where a step of `tokens` sits on the lookup axis: its tokens within one row block, else its rows
+        rounded up to whole blocks. For a measured cell (`requests` given: uniform sequences that are never
+        split across blocks) the blocks its uniform packing really used."""
+        q = self.row_block
+        if q <= 1 or tokens <= q:
+            return tokens
+        per = tokens // requests if requests else 1
+        if per > q:
+            return -(-tokens // q) * q
+        return -(-(requests or tokens) // (q // per)) * q
+
     def _cells(self, requests: int) -> list[tuple[int, float]]:
-        """The nearest request count's (tokens, seconds), made non-decreasing in tokens (pool-adjacent-
-        violators): a noisy cell must not make verifying more look cheaper than verifying less."""
+        """The nearest request count's (position on the lookup axis, seconds), made non-decreasing
+        (pool-adjacent-violators): a noisy cell must not make verifying more look cheaper than verifying less."""
         r = self._row(requests)
-        cells = sorted((t, s) for (rr, t), s in self.seconds.items() if rr == r)
-        return list(zip([t for t, _ in cells], _isotonic([s for _, s in cells])))
+        by_x: dict[int, list[float]] = {}
+        for (rr, t), s in self.seconds.items():
+            if rr == r:
+                by_x.setdefault(self._x(t, r), []).append(s)
+        xs = sorted(by_x)
+        return list(zip(xs, _isotonic([sum(by_x[x]) / len(by_x[x]) for x in xs])))
 
     def lookup(self, requests: int, tokens: int) -> float:
         import torch
@@ -57,6 +80,9 @@ class CostTable:
         if len(cells) == 1:
             return ss.expand(tokens.shape).clone()
         x = tokens.to(torch.float64)
+        if self.row_block > 1:
+            q = self.row_block
+            x = torch.where(x > q, torch.ceil(x / q) * q, x)
         j = torch.searchsorted(ts, x).clamp(1, len(cells) - 1)  # segment [j-1, j]; ends extrapolate
         t0, t1, s0, s1 = ts[j - 1], ts[j], ss[j - 1], ss[j]
         out = s0 + (s1 - s0) * (x - t0) / (t1 - t0)
@@ -70,25 +96,29 @@ class CostTable:
         if not self.seconds:
             return
         r = self._row(max(1, requests))
-        cells = sorted(t for rr, t in self.seconds if rr == r)
-        j = min(max(bisect.bisect_left(cells, tokens), 1), len(cells) - 1)
-        if len(cells) == 1 or tokens <= cells[0]:
-            weights = {cells[0]: 1.0}
-        elif tokens >= cells[-1]:
-            weights = {cells[-1]: 1.0}
+        cells = sorted((self._x(t, r), t) for rr, t in self.seconds if rr == r)  # (axis position, key)
+        xs = [x for x, _ in cells]
+        x = self._x(tokens)
+        j = min(max(bisect.bisect_left(xs, x), 1), len(cells) - 1)
+        if len(cells) == 1 or x <= xs[0]:
+            weights = {cells[0][1]: 1.0}
+        elif x >= xs[-1] or xs[j] == xs[j - 1]:
+            weights = {cells[j][1]: 1.0}
         else:
-            w1 = (tokens - cells[j - 1]) / (cells[j] - cells[j - 1])
-            weights = {cells[j - 1]: 1.0 - w1, cells[j]: w1}
+            w1 = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
+            weights = {cells[j - 1][1]: 1.0 - w1, cells[j][1]: w1}
         ratio = seconds / max(self.lookup(requests, tokens), 1e-12)
         for t, w in weights.items():
             self.seconds[(r, t)] *= 1.0 + self.ema * w * (ratio - 1.0)
 
     def to_json(self) -> str:
-        return json.dumps({"seconds": [[r, t, s] for (r, t), s in sorted(self.seconds.items())]})
+        return json.dumps({"seconds": [[r, t, s] for (r, t), s in sorted(self.seconds.items())],
+                           "row_block": self.row_block})
 
     @classmethod
     def from_json(cls, text: str) -> "CostTable":
-        return cls({(int(r), int(t)): float(s) for r, t, s in json.loads(text)["seconds"]})
+        data = json.loads(text)
+        return cls({(int(r), int(t)): float(s) for r, t, s in data["seconds"]}, row_block=int(data.get("row_block", 1)))
 
 
 def _isotonic(ys: list[float]) -> list[float]:

@@ -46,3 +46,17 @@ def test_a_request_planned_at_depth_zero_is_probed_every_few_steps():
 def test_confident_requests_draft_deep():
     av, req = _verifier(prior=0.9, last=0.9)
     assert _depth(av, req) >= 4
+
+
+def test_the_probe_period_grows_with_the_batch():
+    """A probe makes every request's draft catch up on all tokens since its last draft: with 4 requests,
+    once every 4 x PROBE_EVERY steps."""
+    av, _ = _verifier(prior=0.01, last=0.01)
+    reqs = [SimpleNamespace(req_id=f"r{i}") for i in range(4)]
+    probed = []
+    for step in range(1, 8 * PROBE_EVERY + 1):
+        plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
+        av.plan_depths(plan)
+        if any(d for _, d in plan.decodes):
+            probed.append(step)
+    assert probed == [4 * PROBE_EVERY, 8 * PROBE_EVERY]

@@ -70,6 +70,27 @@ def test_refresh_keeps_the_slope_when_steps_fall_between_cells():
     assert t.lookup(32, 64) - t.lookup(32, 32) > 0.05  # the old nearest-cell update: ~0.03 (half the true slope)
 
 
+def test_row_blocks_make_the_cost_a_staircase():
+    """Batch-invariant steps compute 32-row blocks that cost about the same however full: a few tokens
+    past a block boundary cost the next whole block."""
+    t = CostTable({(32, 32): 0.140, (32, 64): 0.200, (32, 96): 0.320, (16, 16): 0.080, (16, 32): 0.095},
+                  row_block=32)
+    assert t.lookup(32, 33) == t.lookup(32, 45) == t.lookup(32, 64) == 0.200
+    assert abs(t.lookup(16, 24) - 0.0875) < 1e-9  # within one block: interpolated as before
+    # (32, 96) was measured as 32 sequences of 3 rows: 10 per block, so 4 blocks, and sits at 128 rows
+    assert abs(t.lookup(32, 128) - 0.320) < 1e-9 and abs(t.lookup(32, 96) - 0.260) < 1e-9
+    t.observe(32, 45, 0.230)  # 15% over the 64-row cell: only that cell moves
+    assert abs(t.seconds[(32, 64)] - 0.203) < 1e-9 and t.seconds[(32, 32)] == 0.140
+    assert CostTable.from_json(t.to_json()).row_block == 32
+    # the policy at 32 requests: 4 confident requests (0.9) do not pay for opening a second block
+    p = torch.full((32, 4), 0.1)
+    p[:4] = 0.9
+    scores = survival(p, torch.full((32,), 4))
+    assert int(choose_verify_lengths(scores, t, 32, 32, 32.0).sum()) == 0
+    smooth = CostTable(dict(t.seconds))  # interpolating between blocks prices them at a fraction
+    assert int(choose_verify_lengths(scores, smooth, 32, 32, 32.0).sum()) > 0
+
+
 def test_measure_respects_grid_and_time_budget():
     calls = []
     table = measure(lambda r, n: calls.append((r, n)), requests=(1, 2), extra=(0, 3), budget_s=5, repeats=1)
