@@ -33,6 +33,7 @@ PROFILE_CONTEXT = 256  # context length of the warm-up steps
 # steps), and the bigger the batch, the less a draft can pay, so the less there is to find out.
 PROBE_EVERY = 8
 PRIOR_RATE = 0.1  # the batch prior: exponential mean of the estimates over steps (~10 steps)
+RATE_EMA = 0.05  # the engine's recent output rate (tokens / seconds per step), over ~20 steps
 PLAN_SHRINK = 0.5  # weight of a request's own last estimates in its depth plan (the rest: the batch mean)
 
 
@@ -55,6 +56,7 @@ class AdaptiveVerifier:
         self._last: dict[str, torch.Tensor] = {}  # req_id -> last step's acceptance estimates [K]
         self._prior = torch.ones(estimator.k)  # for requests without estimates yet: the running mean
         self._plans = 0
+        self._rate_tokens = self._rate_seconds = 0.0  # EMAs of tokens emitted and seconds per step
 
     @classmethod
     def build(cls, engine: "LLMEngine") -> "AdaptiveVerifier":
@@ -97,8 +99,9 @@ class AdaptiveVerifier:
         if self.draft_cost is not None and self.estimator_ready:
             B = len(reqs)
             prefill_tokens = sum(c for _, c in plan.prefills)
-            caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens, float(B),
-                                         self.overhead_s, self.draft_cost.lookup(B, B))
+            caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens,
+                                         self._base_emitted(plan, B + prefill_tokens), self.overhead_s,
+                                         self.draft_cost.lookup(B, B))
             self._plans += 1
             if self._plans % (PROBE_EVERY * B) == 0:  # refresh the estimates of requests planned at depth 0
                 caps = caps.clamp_min(1)
@@ -119,9 +122,9 @@ class AdaptiveVerifier:
         self._remember(plan, probs, n)
         scores = survival(probs, n)
         prefill_tokens = sum(c for _, c in plan.prefills)
-        lengths = choose_verify_lengths(scores, self.cost, len(plan.decodes) + len(plan.prefills),
-                                        len(plan.decodes) + prefill_tokens, float(len(plan.decodes)),
-                                        self.overhead_s)
+        base_tokens = len(plan.decodes) + prefill_tokens
+        lengths = choose_verify_lengths(scores, self.cost, len(plan.decodes) + len(plan.prefills), base_tokens,
+                                        self._base_emitted(plan, base_tokens), self.overhead_s)
         self.offered_positions += int(n.sum())
         proposal.num_drafts = torch.minimum(n, lengths)
         self.verified_positions += int(proposal.num_drafts.sum())
@@ -144,7 +147,7 @@ class AdaptiveVerifier:
         self._last.pop(req_id, None)
 
     def observe_step(self, wall_s: float, forward_s: float, draft_s: float, requests: int, tokens: int,
-                     pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0) -> None:
+                     pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0, emitted: int = 0) -> None:
         """Refresh the cost model from a finished step: the target's forward (pure decode steps only:
         prefill chunks lie far outside the grid, at other context lengths), the drafter's time per
         iteration (it ran `draft_depth` batched iterations for `draft_requests` requests; the first also
@@ -155,6 +158,20 @@ class AdaptiveVerifier:
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
             self.draft_cost.observe(draft_requests, draft_requests, draft_s / draft_depth)
         self.overhead_s += 0.1 * (max(0.0, wall_s - forward_s - draft_s) - self.overhead_s)
+        self._rate_tokens += RATE_EMA * (emitted - self._rate_tokens)
+        self._rate_seconds += RATE_EMA * (wall_s - self._rate_seconds)
+
+    def _base_emitted(self, plan: "ScheduledStep", base_tokens: int) -> float:
+        """What the step's work without any draft is worth, in tokens. A pure decode step: one token per
+        decoding request. A step that also prefills does work the request pays off later, so counting only
+        its decode tokens made any speculation look good next to it (at c=32 ShareGPT, most verified
+        positions of the trained draft were in such steps, where the engine as a whole ran at no
+        speculation's pace or better): it is worth what the engine emits in that time at its recent rate."""
+        B = float(len(plan.decodes))
+        if not plan.prefills or self._rate_seconds <= 0:
+            return B
+        base_s = self.cost.lookup(len(plan.decodes) + len(plan.prefills), base_tokens) + self.overhead_s
+        return max(B, self._rate_tokens / self._rate_seconds * base_s)
 
     def learn(self, proposal: "Proposal", verify: list[tuple[int, object, int, int]], accepted: list[int]) -> None:
         rows = [(b, n, a) for (b, _, n, _), a in zip(verify, accepted) if b >= 0]

@@ -60,3 +60,26 @@ def test_the_probe_period_grows_with_the_batch():
         if any(d for _, d in plan.decodes):
             probed.append(step)
     assert probed == [4 * PROBE_EVERY, 8 * PROBE_EVERY]
+
+
+def test_a_step_that_prefills_is_worth_the_engines_recent_rate():
+    """Next to a 512-token prefill chunk, one decode token per request undervalues the step: positions that
+    beat this step's own decode rate but not the engine's rate are not drafted."""
+    table = CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
+    est = LogisticEstimator(7, 3)
+    est.refits = est.warmup_refits
+    av = AdaptiveVerifier(table, est, CostTable({(1, 1): 0.0045, (4, 4): 0.005}))
+    av._prior = torch.full((7,), 0.3)
+    reqs = [SimpleNamespace(req_id=f"r{i}") for i in range(3)]
+    prefill = (SimpleNamespace(req_id="p"), 512)
+
+    def depths() -> list[int]:
+        plan = ScheduledStep(decodes=[(r, 7) for r in reqs], prefills=[prefill])
+        av._plans = 1  # not a probe step
+        av.plan_depths(plan)
+        return [d for _, d in plan.decodes]
+
+    assert sum(depths()) > 0  # no rate seen yet: 3 tokens for a ~250 ms step, drafting at 0.3 pays
+    for _ in range(100):  # the engine has been emitting 40 tokens per 250 ms step
+        av.observe_step(0.25, 0.24, 0.0, 4, 515, False, emitted=40)
+    assert sum(depths()) == 0
