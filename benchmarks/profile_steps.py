@@ -44,7 +44,13 @@ def instrument(e: LLMEngine) -> dict:
         T["steps"] += 1
         return timed("step", st)()
 
-    e.runner.run, e._propose, e._verify, e.step = run, timed("prop", pp), timed("verify", vv), step
+    def propose(decodes):
+        before = T["prop"]
+        out = timed("prop", pp)(decodes)
+        T["last_prop"] = T["prop"] - before
+        return out
+
+    e.runner.run, e._propose, e._verify, e.step = run, propose, timed("verify", vv), step
     if e.adaptive:
         tr = e.adaptive.trim
 
@@ -52,6 +58,10 @@ def instrument(e: LLMEngine) -> dict:
             timed("trim", tr)(p, plan)
             T["vpos"] += int(p.num_drafts.sum())
             lengths.update(p.num_drafts.tolist())
+            if plan.prefills:  # steps that also prefill: where a draft first catches up on whole prompts
+                T["mixed_steps"] += 1
+                T["mixed_prop"] += T["last_prop"]
+                T["mixed_vpos"] += int(p.num_drafts.sum())
         e.adaptive.trim = trim
     return {"T": T, "lengths": lengths, "decode_steps": decode_steps}
 
@@ -72,6 +82,7 @@ def main() -> None:
     ap.add_argument("--modes", default="ngram:2,ngram:7:adaptive")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=1, help="runs per mode (interleaved)")
+    ap.add_argument("--prompts-per-slot", type=int, default=1, help="requests per concurrency slot")
     args = ap.parse_args()
     engines = {m: _warmed(LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(m, 7))), args.max_tokens, 0)
                for m in args.modes.split(",")}
@@ -82,7 +93,7 @@ def main() -> None:
     table = CostTable.from_json(path.read_text()) if path.exists() else None
     if table is not None:
         table.row_block = next((e.adaptive.cost.row_block for e in engines.values() if e.adaptive), 1)
-    n = max(args.concurrency, 4)
+    n = max(args.concurrency * args.prompts_per_slot, 4)
     ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, n, 0)]
     for _ in range(args.rounds):
         for m, e in engines.items():
@@ -99,7 +110,9 @@ def main() -> None:
             print(f"{m}: {r['output_tokens_per_s']:.1f} tok/s, {k} steps, ms/step {ms}, tokens/step "
                   f"{T['tok'] / k:.1f}, verified/step {T['vpos'] / k:.2f}, MAL {r['mean_acceptance_length']}, "
                   f"acc/pos {r['acceptance_per_position']}"
-                  + (f", verify lengths {dict(sorted(probe['lengths'].items()))}" if e.adaptive else "")
+                  + (f", verify lengths {dict(sorted(probe['lengths'].items()))}; steps that also prefill: "
+                     f"{T['mixed_steps']}, drafting {T['mixed_prop'] * 1e3:.0f} ms of {T['prop'] * 1e3:.0f}, "
+                     f"verified {T['mixed_vpos']} of {T['vpos']}" if e.adaptive else "")
                   + (f"; {table_check(probe['decode_steps'], table)}" if table else ""), flush=True)
 
 
