@@ -88,7 +88,7 @@ class RayBackend:
         ok = [a for a in answers if isinstance(a, dict)]
         out: dict = {"served": dict(self.served), "router": dict(self.chooser.choices), "retried": self.retried,
                      "replicas_answering": len(ok), "replicas_unreachable": len(names) - len(ok)}
-        for key in ("running", "waiting", "kv_blocks_used", "kv_blocks_total"):
+        for key in ("running", "waiting", "kv_blocks_used", "kv_blocks_total", "heap_trims"):
             out[key] = sum(int(a.get(key, 0)) for a in ok)
         spec = [a["spec_decode"] for a in ok if a.get("spec_decode")]
         if spec:

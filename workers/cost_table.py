@@ -49,10 +49,9 @@ class CostTable:
         q = self.row_block
         if q <= 1 or tokens <= q:
             return tokens
-        per = tokens // requests if requests else 1
-        if per > q:
-            return -(-tokens // q) * q
-        return -(-(requests or tokens) // (q // per)) * q
+        if requests is None or tokens // requests > q:
+            return -(-tokens // q) * q  # whole blocks (the vectorised twin is in lookup_many)
+        return -(-requests // (q // (tokens // requests))) * q  # q // per sequences fit in a block
 
     def _cells(self, requests: int) -> list[tuple[int, float]]:
         """The nearest request count's (position on the lookup axis, seconds), made non-decreasing

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 import time
-
-log = logging.getLogger(__name__)
 
 
 def _load_trim():
