@@ -35,6 +35,11 @@ PROBE_EVERY = 8
 PRIOR_RATE = 0.1  # the batch prior: exponential mean of the estimates over steps (~10 steps)
 RATE_EMA = 0.05  # the engine's recent output rate (tokens / seconds per step), over ~20 steps
 PLAN_SHRINK = 0.5  # weight of a request's own last estimates in its depth plan (the rest: the batch mean)
+# The draft's warm-up table also times catch-up steps: each request feeds 1 + CATCH_UP_ROWS tokens at once.
+# Catch-up rows cost the draft's layers like any row (measured, trained draft, 32 requests: 13.6 ms for 1 token
+# each, 126 ms for 17 each): a request's first draft feeds its whole prompt, which at c=32 ShareGPT was
+# 559 of 1,094 ms of drafting while the plan priced every draft iteration at ~14 ms.
+CATCH_UP_ROWS = 16
 
 
 class CapacityPlanner(Protocol):
@@ -57,6 +62,10 @@ class AdaptiveVerifier:
         self._prior = torch.ones(estimator.k)  # for requests without estimates yet: the running mean
         self._plans = 0
         self._rate_tokens = self._rate_seconds = 0.0  # EMAs of tokens emitted and seconds per step
+        self._drafted_at: dict[str, tuple[int, int]] = {}  # req_id -> (its tokens, depth) at its last draft
+        self._catch_up: dict[str, int] = {}  # req_id -> rows its next draft first feeds (this step's plan)
+        self._step_catch_up = 0  # extra catch-up rows of the requests that drafted this step
+        self._catch_up_scale = 1.0  # observed / warm-up cost of catch-up rows
 
     @classmethod
     def build(cls, engine: "LLMEngine") -> "AdaptiveVerifier":
@@ -68,7 +77,8 @@ class AdaptiveVerifier:
         requests = tuple(r for r in (1, 2, 4, 8, 16, 32, 64) if r <= cfg.max_num_seqs)
         cost = load_or_measure(path, lambda r, n: _profile_step(engine.runner, r, n),
                                budget_s=cfg.spec.cost_table_budget_s, requests=requests)
-        cost.row_block = SMALL_ROWS if cfg.batch_invariant else 1  # a property of the runner, not the file
+        row_block = SMALL_ROWS if cfg.batch_invariant else 1  # a property of the runner, not the file
+        cost.row_block = row_block
         k = engine.k
         draft_cost = None
         if cfg.spec.method == "draft":  # one draft iteration of r requests (1 token each)
@@ -76,10 +86,12 @@ class AdaptiveVerifier:
             step = getattr(engine.proposer, "profile_step", None)
             where = "|remote" if step is not None else ""
             step = step or (lambda r, n: _profile_step(engine.proposer.runner, r, n))
-            dkey = hardware_key(f"{cfg.model}|draft:{cfg.spec.draft_model}{where}", str(engine.model.dtype),
-                                str(engine.model.device))
+            dkey = hardware_key(f"{cfg.model}|draft:{cfg.spec.draft_model}{where}|catch-up",
+                                str(engine.model.dtype), str(engine.model.device))
             draft_cost = load_or_measure(cache_dir() / "cost_tables" / f"{dkey}.json", step,
-                                         budget_s=cfg.spec.cost_table_budget_s / 4, requests=requests, extra=(0,))
+                                         budget_s=cfg.spec.cost_table_budget_s / 4, requests=requests,
+                                         extra=(0, CATCH_UP_ROWS))
+            draft_cost.row_block = row_block
         est = NgramEstimator(k) if cfg.spec.method == "ngram" else LogisticEstimator(k, 3)
         return cls(cost, est, draft_cost)
 
@@ -96,12 +108,15 @@ class AdaptiveVerifier:
         last = torch.stack([self._last.get(r.req_id, self._prior) for r in reqs])
         scores = survival(PLAN_SHRINK * last + (1 - PLAN_SHRINK) * self._prior, n)
         caps = n
+        B = len(reqs)
+        extra = torch.tensor([self._catch_up_rows(r) - 1 for r in reqs])  # [B] rows beyond the usual 1
+        self._catch_up = {r.req_id: int(e) for r, e in zip(reqs, extra)}
+        self._step_catch_up = 0
         if self.draft_cost is not None and self.estimator_ready:
-            B = len(reqs)
             prefill_tokens = sum(c for _, c in plan.prefills)
             caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens,
                                          self._base_emitted(plan, B + prefill_tokens), self.overhead_s,
-                                         self.draft_cost.lookup(B, B))
+                                         self.draft_cost.lookup(B, B), self._catch_up_row_s(B) * extra)
             self._plans += 1
             if self._plans % (PROBE_EVERY * B) == 0:  # refresh the estimates of requests planned at depth 0
                 caps = caps.clamp_min(1)
@@ -109,6 +124,20 @@ class AdaptiveVerifier:
             wanted = scores * (torch.arange(scores.shape[1])[None, :] < caps[:, None])
             caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], wanted))
         plan.decodes = [(r, int(c)) for r, c in zip(reqs, torch.minimum(n, caps))]
+
+    def _catch_up_rows(self, req) -> int:
+        """Rows a draft model first feeds for `req` (it recomputes >= 1): every token since its last draft,
+        less the drafts it had already fed that were accepted (assumed all; exact after one draft step)."""
+        now = len(req.tokens)
+        if req.req_id not in self._drafted_at:
+            return max(1, now)  # the whole prompt (and any output so far)
+        then, depth = self._drafted_at[req.req_id]
+        grown = now - then
+        return max(1, grown - min(grown - 1, depth - 1))
+
+    def _catch_up_row_s(self, requests: int) -> float:
+        """The draft's seconds per catch-up row: its warm-up table's catch-up column, scaled online."""
+        return self._catch_up_scale * self.draft_cost.row_slope(requests, 1 + CATCH_UP_ROWS)
 
     @property
     def estimator_ready(self) -> bool:
@@ -138,28 +167,42 @@ class AdaptiveVerifier:
             mean = (probs * drafted).sum(0) / drafted.sum(0).clamp_min(1)
             # a running mean over steps, not this step's batch mean (at c=1 that is the request itself)
             self._prior = torch.where(drafted.any(0), self._prior + PRIOR_RATE * (mean - self._prior), self._prior)
+        self._step_catch_up = 0
         for b, (req, _) in enumerate(plan.decodes):
             old = self._last.get(req.req_id, self._prior)
             self._last[req.req_id] = torch.where(drafted[b], probs[b], old)
+            if int(n[b]) > 0:
+                self._step_catch_up += self._catch_up.get(req.req_id, 0)
+                self._drafted_at[req.req_id] = (len(req.tokens), int(n[b]))
         self.drafted_positions += int(n.sum())
 
     def forget(self, req_id: str) -> None:
         self._last.pop(req_id, None)
+        self._drafted_at.pop(req_id, None)
 
     def observe_step(self, wall_s: float, forward_s: float, draft_s: float, requests: int, tokens: int,
                      pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0, emitted: int = 0) -> None:
         """Refresh the cost model from a finished step: the target's forward (pure decode steps only:
-        prefill chunks lie far outside the grid, at other context lengths), the drafter's time per
-        iteration (it ran `draft_depth` batched iterations for `draft_requests` requests; the first also
-        catches up on last step's accepted tokens, which the warm-up table, 1 token per request, leaves
-        out), and the host overhead."""
+        prefill chunks lie far outside the grid, at other context lengths), the drafter's time (it ran
+        `draft_depth` batched iterations for `draft_requests` requests, the first with the catch-up rows
+        planned for them), and the host overhead."""
         if pure_decode:
             self.cost.observe(requests, tokens, forward_s)
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
-            self.draft_cost.observe(draft_requests, draft_requests, draft_s / draft_depth)
+            self._observe_draft(draft_s, draft_requests, draft_depth)
         self.overhead_s += 0.1 * (max(0.0, wall_s - forward_s - draft_s) - self.overhead_s)
         self._rate_tokens += RATE_EMA * (emitted - self._rate_tokens)
         self._rate_seconds += RATE_EMA * (wall_s - self._rate_seconds)
+
+    def _observe_draft(self, draft_s: float, requests: int, depth: int) -> None:
+        """Scale what this step's draft prediction read by observed / predicted: the iterations' cell, and
+        the catch-up rate where the catch-up was a sizeable part of it."""
+        iteration = self.draft_cost.lookup(requests, requests)
+        catch_up = self._catch_up_row_s(requests) * self._step_catch_up
+        ratio = draft_s / max(depth * iteration + catch_up, 1e-12)
+        self.draft_cost.observe(requests, requests, ratio * iteration)
+        if catch_up > 0.2 * depth * iteration:
+            self._catch_up_scale *= 1.0 + self.draft_cost.ema * (ratio - 1.0)
 
     def _base_emitted(self, plan: "ScheduledStep", base_tokens: int) -> float:
         """What the step's work without any draft is worth, in tokens. A pure decode step: one token per

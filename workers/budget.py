@@ -35,30 +35,57 @@ def choose_verify_lengths(
     base_emitted: float,  # tokens emitted without any draft (1 per decoding request)
     fixed_s: float = 0.0,  # per-step time outside the target's forward (host work, sampling)
     draft_step_s: float = 0.0,  # seconds per draft iteration: > 0 when choosing how deep to DRAFT
+    request_s: torch.Tensor | None = None,  # [B] seconds a request adds if it drafts at all (its catch-up)
 ) -> torch.Tensor:  # [B] verify (or draft) length per request
     """With `draft_step_s`, the same choice prices drafting too: taking positions up to depth d costs d
     draft iterations (the drafter runs one batched iteration per position). The best set is then not always
     a prefix of the survival ranking (one confident request's 6th position makes everyone pay 6 iterations),
-    so the ranking is also searched under every depth cap d = 1..K and the best cap wins."""
+    so the ranking is also searched under every depth cap d = 1..K and the best cap wins.
+
+    With `request_s`, a request's first position also pays its own fixed cost (a draft model first catches
+    up on every token since the request's last draft: its whole prompt the first time). A confident request
+    with a long catch-up would then block the cheap ones ranked after it, so the search also runs without
+    the requests whose catch-up is above each quartile of the batch's, and the best of all wins."""
     B, K = scores.shape
     if B == 0 or K == 0:
         return torch.zeros(B, dtype=torch.long)
     flat = scores.flatten()
-    order = _ranked(flat, K)
-    depth_of = order % K + 1  # draft depth each ranked position needs
-    best_rate, best_taken = base_emitted / (float(cost.lookup(num_requests, base_tokens)) + fixed_s), order[:0]
-    for cap in (range(1, K + 1) if draft_step_s > 0 else (K,)):
-        ranked = order[depth_of <= cap] if cap < K else order
-        expected = base_emitted + torch.cat([torch.zeros(1), flat[ranked].cumsum(0)])  # [n + 1]
-        step_s = cost.lookup_many(num_requests, base_tokens + torch.arange(len(ranked) + 1)).float() + fixed_s
-        if draft_step_s > 0:
-            depth = torch.cat([torch.zeros(1), (ranked % K + 1).cummax(0).values.float()])
-            step_s = step_s + draft_step_s * depth
-        rate = expected / step_s.clamp_min(1e-9)
-        best = int(rate.argmax())
-        if float(rate[best]) > best_rate:
-            best_rate, best_taken = float(rate[best]), ranked[:best]
-    return torch.bincount(best_taken // K, minlength=B)
+    order = _ranked(flat, K)  # [n] every candidate position, best first
+    n = len(order)
+    step_s = cost.lookup_many(num_requests, base_tokens + torch.arange(n + 1)).float() + fixed_s  # by count
+    base_rate = base_emitted / float(step_s[0])
+    if n == 0:
+        return torch.zeros(B, dtype=torch.long)
+    # every (catch-up limit, depth cap) at once: which ranked positions each may take  [L, C, n]
+    depth = order % K + 1
+    caps = torch.arange(1, K + 1) if draft_step_s > 0 else torch.tensor([K])
+    take = depth[None, None, :] <= caps[None, :, None]
+    limits = _catch_up_limits(request_s)
+    if request_s is not None:
+        own = request_s[order // K]
+        take = take & (own[None, :] <= torch.tensor(limits, dtype=own.dtype)[:, None])[:, None, :]
+    count = take.cumsum(-1)  # positions taken up to and including each one
+    tokens = base_emitted + (flat[order] * take).cumsum(-1)
+    seconds = step_s[count]
+    if draft_step_s > 0:
+        seconds = seconds + draft_step_s * (depth * take).cummax(-1).values
+    if request_s is not None:  # a request's first position (ranked before its others) pays its catch-up
+        seconds = seconds + (own * (order % K == 0) * take).cumsum(-1)
+    rate = torch.where(take, tokens / seconds.clamp_min(1e-9), -1.0).flatten(0, 1)  # [L * C, n]
+    best = int(rate.argmax())
+    if float(rate.flatten()[best]) <= base_rate:
+        return torch.zeros(B, dtype=torch.long)
+    row, last = divmod(best, n)
+    taken = order[: last + 1][take.flatten(0, 1)[row, : last + 1]]
+    return torch.bincount(taken // K, minlength=B)
+
+
+def _catch_up_limits(request_s: torch.Tensor | None) -> list[float]:
+    """Caps on the catch-up of requests allowed to draft: none, the batch's catch-up quartiles, and 0."""
+    if request_s is None or not bool((request_s > 0).any()):
+        return [float("inf")]
+    q = torch.quantile(request_s.double(), torch.tensor([0.75, 0.5, 0.25], dtype=torch.float64))
+    return [float("inf")] + sorted({float(x) for x in q} | {0.0}, reverse=True)
 
 
 def allocate_capacity(scores: list[torch.Tensor], capacity: int,

@@ -87,6 +87,17 @@ class CostTable:
         out = s0 + (s1 - s0) * (x - t0) / (t1 - t0)
         return torch.where(x <= ts[0], ss[0], out)
 
+    def row_slope(self, requests: int, per_request: int) -> float:
+        """Seconds per extra row between the cells of `requests` x 1 and `requests` x `per_request` tokens
+        (the nearest request count with both measured; 0 when none has). Read from the cells themselves:
+        the staircase axis places a sequence of many rows in whole blocks, not where a lookup reads."""
+        rows = sorted({r for r, _ in self.seconds if (r, r) in self.seconds and (r, r * per_request) in self.seconds},
+                      key=lambda r: (abs(r - requests), r))
+        if not rows or per_request <= 1:
+            return 0.0
+        r = rows[0]
+        return max(0.0, self.seconds[(r, r * per_request)] - self.seconds[(r, r)]) / (r * (per_request - 1))
+
     def observe(self, requests: int, tokens: int, seconds: float) -> None:
         """Online refresh: scale the cells a lookup of (requests, tokens) reads by observed / predicted,
         each by its interpolation weight. (Moving only the nearest cell towards the raw time flattened the

@@ -21,7 +21,7 @@ def _verifier(prior: float, last: float) -> tuple[AdaptiveVerifier, SimpleNamesp
     est.refits = est.warmup_refits  # past its warm-up: the depth plan is in force
     av = AdaptiveVerifier(TARGET, est, DRAFT)
     av._prior = torch.full((7,), prior)
-    req = SimpleNamespace(req_id="r")
+    req = SimpleNamespace(req_id="r", tokens=[1] * 20)
     av._last["r"] = torch.full((7,), last)
     return av, req
 
@@ -52,7 +52,7 @@ def test_the_probe_period_grows_with_the_batch():
     """A probe makes every request's draft catch up on all tokens since its last draft: with 4 requests,
     once every 4 x PROBE_EVERY steps."""
     av, _ = _verifier(prior=0.01, last=0.01)
-    reqs = [SimpleNamespace(req_id=f"r{i}") for i in range(4)]
+    reqs = [SimpleNamespace(req_id=f"r{i}", tokens=[1] * 20) for i in range(4)]
     probed = []
     for step in range(1, 8 * PROBE_EVERY + 1):
         plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
@@ -70,8 +70,8 @@ def test_a_step_that_prefills_is_worth_the_engines_recent_rate():
     est.refits = est.warmup_refits
     av = AdaptiveVerifier(table, est, CostTable({(1, 1): 0.0045, (4, 4): 0.005}))
     av._prior = torch.full((7,), 0.3)
-    reqs = [SimpleNamespace(req_id=f"r{i}") for i in range(3)]
-    prefill = (SimpleNamespace(req_id="p"), 512)
+    reqs = [SimpleNamespace(req_id=f"r{i}", tokens=[1] * 20) for i in range(3)]
+    prefill = (SimpleNamespace(req_id="p", tokens=[1] * 600), 512)
 
     def depths() -> list[int]:
         plan = ScheduledStep(decodes=[(r, 7) for r in reqs], prefills=[prefill])
@@ -83,3 +83,51 @@ def test_a_step_that_prefills_is_worth_the_engines_recent_rate():
     for _ in range(100):  # the engine has been emitting 40 tokens per 250 ms step
         av.observe_step(0.25, 0.24, 0.0, 4, 515, False, emitted=40)
     assert sum(depths()) == 0
+
+
+def _catch_up_verifier() -> AdaptiveVerifier:
+    """c=4: the draft's table has a catch-up column (4 requests feeding 17 tokens each: 4.5 -> 25 ms)."""
+    est = LogisticEstimator(7, 3)
+    est.refits = est.warmup_refits
+    table = CostTable({(4, t): 0.045 + 0.0002 * t for t in (4, 8, 16, 32)})
+    av = AdaptiveVerifier(table, est, CostTable({(4, 4): 0.0045, (4, 68): 0.025}))
+    av._prior = torch.full((7,), 0.5)
+    av._plans = 1  # not a probe step
+    return av
+
+
+def test_catch_up_rows_count_the_tokens_since_the_last_draft():
+    av = _catch_up_verifier()
+    req = SimpleNamespace(req_id="r", tokens=[1] * 100)
+    assert av._catch_up_rows(req) == 100  # never drafted: the whole context
+    av._drafted_at["r"] = (100, 4)  # drafted 4 (fed 3 of them) at 100 tokens
+    req.tokens += [1] * 3  # 2 accepted + the target's token: 1 new row, 2 already fed
+    assert av._catch_up_rows(req) == 1
+    req.tokens += [1] * 10  # ten more steps without drafting: 13 new tokens, of which the 3 fed drafts
+    assert av._catch_up_rows(req) == 10  # are taken as accepted (here 2 were: 11 rows, off by <= depth - 1)
+    av.forget("r")
+    assert av._catch_up_rows(req) == 113
+
+
+def test_a_request_waits_for_its_first_draft_while_its_prompt_is_dear_to_feed():
+    """Two requests with the same estimates: the one that drafted last step drafts again; the one whose
+    draft would first feed a 600-token prompt (~190 ms of draft time on this table) does not."""
+    av = _catch_up_verifier()
+    old, new = SimpleNamespace(req_id="old", tokens=[1] * 50), SimpleNamespace(req_id="new", tokens=[1] * 600)
+    av._drafted_at["old"] = (49, 2)
+    plan = ScheduledStep(decodes=[(old, 7), (new, 7)])
+    av.plan_depths(plan)
+    assert plan.decodes[0][1] > 0 and plan.decodes[1][1] == 0
+    assert av._catch_up == {"old": 0, "new": 599}
+
+
+def test_the_catch_up_rate_is_refreshed_from_observed_draft_time():
+    av = _catch_up_verifier()
+    req = SimpleNamespace(req_id="r", tokens=[1] * 200)
+    plan = ScheduledStep(decodes=[(req, 2)])
+    av.plan_depths(plan)
+    av._step_catch_up = 199  # it drafted: 199 rows caught up
+    predicted = 2 * av.draft_cost.lookup(4, 4) + av._catch_up_row_s(4) * 199
+    rate = av._catch_up_row_s(4)
+    av.observe_step(1.0, 0.1, 2 * predicted, 4, 6, True, draft_requests=4, draft_depth=2)
+    assert av._catch_up_row_s(4) > rate * 1.05

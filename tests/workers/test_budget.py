@@ -114,6 +114,20 @@ def test_drafting_cost_makes_the_batch_draft_shallower():
     assert choose_verify_lengths(scores, _table(1e-6), 4, 4, 4.0, draft_step_s=0.05).tolist() == [0] * 4
 
 
+def test_a_long_catch_up_keeps_that_request_from_drafting_not_the_others():
+    """The most confident request ranks first; if its first draft must feed a whole prompt (catch-up) it
+    stays out, and the cheap requests ranked after it still draft."""
+    scores = survival(torch.tensor([[0.95] * 7] + [PROFILE] * 3), torch.full((4,), 7))
+    catch_up = torch.tensor([0.2, 0.0, 0.0, 0.0])  # seconds: four times the target's step
+    free = choose_verify_lengths(scores, _table(1e-6), 4, 4, 4.0, draft_step_s=0.004)
+    priced = choose_verify_lengths(scores, _table(1e-6), 4, 4, 4.0, draft_step_s=0.004, request_s=catch_up)
+    assert free.min() > 0
+    assert priced[0] == 0 and priced[1:].min() > 0
+    # a catch-up as cheap as nothing changes nothing
+    same = choose_verify_lengths(scores, _table(1e-6), 4, 4, 4.0, draft_step_s=0.004, request_s=torch.zeros(4))
+    assert torch.equal(same, free)
+
+
 def test_fixed_step_overhead_makes_speculation_more_attractive():
     scores = survival(torch.tensor([PROFILE] * 16), torch.full((16,), 7))
     table = _table(1e-3, fixed_s=0.0)  # compute-bound: each position costs as much as a token
