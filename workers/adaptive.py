@@ -25,13 +25,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PROFILE_CONTEXT = 256  # context length of the warm-up steps
-# Every this many steps each request drafts at least one position even where the depth plan says none:
-# estimates come from the draft's own features, so a request planned at depth 0 never gets new ones and
-# stayed undrafted for good (measured: the trained draft on repetitive prompts at c=1 drafted 0 of 188 steps,
-# 18.9 tok/s vs 21-22 for fixed k=2). The period grows with the batch: a probe first makes the draft catch up
-# on every token since the request's last draft (at c=32 that was 12.6 ms of a 239 ms step, probing every 8
-# steps), and the bigger the batch, the less a draft can pay, so the less there is to find out.
+# Every this many steps one request planned at depth 0 drafts one position anyway (a probe): estimates come
+# from the draft's own features, so a request planned at depth 0 never gets new ones and stayed undrafted for
+# good (measured: the trained draft on repetitive prompts at c=1 drafted 0 of 188 steps, 18.9 tok/s vs 21-22
+# for fixed k=2). The probe takes the request whose draft has the least to catch up on: probing every request
+# made each draft feed every token generated since its last one, the draft's whole share of a full
+# speculation run (c=8 ShareGPT: 170-330 ms of drafting per ~100 steps for 2-6 verified positions, 1.5-3%
+# of the time), while one request's fresh estimates already move the running mean that plans the others.
+# A probe that changes nothing doubles the wait for the next (up to PROBE_MAX): where drafting does not pay,
+# probing every 8 steps was most of the drafting (c=2 ShareGPT, trained draft: 12 probes in 95 steps, 3.7 ms
+# of a 55 ms step, adaptive 0.93x of no speculation). Any plan that drafts on its own resets the wait.
 PROBE_EVERY = 8
+PROBE_MAX = 64
 PRIOR_RATE = 0.1  # the batch prior: exponential mean of the estimates over steps (~10 steps)
 RATE_EMA = 0.05  # the engine's recent output rate (tokens / seconds per step), over ~20 steps
 PLAN_SHRINK = 0.5  # weight of a request's own last estimates in its depth plan (the rest: the batch mean)
@@ -60,7 +65,8 @@ class AdaptiveVerifier:
         self.drafted_positions = 0
         self._last: dict[str, torch.Tensor] = {}  # req_id -> last step's acceptance estimates [K]
         self._prior = torch.ones(estimator.k)  # for requests without estimates yet: the running mean
-        self._plans = 0
+        self._since_probe = 0  # depth plans since the last probe or the last plan that drafted
+        self._probe_wait = PROBE_EVERY
         self._rate_tokens = self._rate_seconds = 0.0  # EMAs of tokens emitted and seconds per step
         self._drafted_at: dict[str, tuple[int, int]] = {}  # req_id -> (its tokens, depth) at its last draft
         self._catch_up: dict[str, int] = {}  # req_id -> rows its next draft first feeds (this step's plan)
@@ -117,13 +123,27 @@ class AdaptiveVerifier:
             caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens,
                                          self._base_emitted(plan, B + prefill_tokens), self.overhead_s,
                                          self.draft_cost.lookup(B, B), self._catch_up_row_s(B) * extra)
-            self._plans += 1
-            if self._plans % (PROBE_EVERY * B) == 0:  # refresh the estimates of requests planned at depth 0
-                caps = caps.clamp_min(1)
+            caps = self._maybe_probe(caps, n, extra)
         if self.capacity_planner is not None:  # shared drafter: offer only the positions this replica wants
             wanted = scores * (torch.arange(scores.shape[1])[None, :] < caps[:, None])
             caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], wanted))
         plan.decodes = [(r, int(c)) for r, c in zip(reqs, torch.minimum(n, caps))]
+
+    def _maybe_probe(self, caps: torch.Tensor, n: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
+        """Every `_probe_wait` plans without drafting: one position for the undrafted request whose draft has
+        the least to catch up on. The wait doubles after each probe and resets when a plan drafts."""
+        if bool(caps.any()):
+            self._since_probe, self._probe_wait = 0, PROBE_EVERY
+            return caps
+        self._since_probe += 1
+        idle = n > 0
+        if self._since_probe < self._probe_wait or not bool(idle.any()):
+            return caps
+        self._since_probe, self._probe_wait = 0, min(2 * self._probe_wait, PROBE_MAX)
+        b = int(torch.where(idle, extra, torch.iinfo(extra.dtype).max).argmin())
+        caps = caps.clone()
+        caps[b] = 1
+        return caps
 
     def _catch_up_rows(self, req) -> int:
         """Rows a draft model first feeds for `req` (it recomputes >= 1): every token since its last draft,
@@ -147,6 +167,9 @@ class AdaptiveVerifier:
         if proposal.features is None or not plan.decodes:
             return
         n = proposal.num_drafts
+        if not bool(n.any()):  # nothing drafted (the depth plan said no): nothing to trim or remember
+            self._step_catch_up = 0
+            return
         probs = self.estimator.predict(proposal.features)  # [B, K]
         self._remember(plan, probs, n)
         scores = survival(probs, n)

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 log = logging.getLogger(__name__)
 
 DEFAULT_REQUESTS = (1, 2, 4, 8, 16, 32, 64)
@@ -35,10 +37,14 @@ class CostTable:
     seconds: dict[tuple[int, int], float] = field(default_factory=dict)
     ema: float = 0.1  # weight of one online observation
     row_block: int = 1
+    _curves: dict = field(default_factory=dict, repr=False, compare=False)  # lookup curves, cleared on refresh
 
     def _row(self, requests: int) -> int:
         """The measured request count nearest to `requests` (the row lookups read)."""
-        rs = sorted({r for r, _ in self.seconds})
+        key = ("rows", len(self.seconds))
+        if key not in self._curves:
+            self._curves[key] = sorted({r for r, _ in self.seconds})
+        rs = self._curves[key]
         i = min(bisect.bisect_left(rs, requests), len(rs) - 1)
         return rs[i] if i == 0 or rs[i] - requests <= requests - rs[i - 1] else rs[i - 1]
 
@@ -65,27 +71,26 @@ class CostTable:
         return list(zip(xs, _isotonic([sum(by_x[x]) / len(by_x[x]) for x in xs])))
 
     def lookup(self, requests: int, tokens: int) -> float:
-        import torch
-
-        return float(self.lookup_many(requests, torch.tensor([tokens]))[0])
+        return float(self.lookup_array(requests, np.array([tokens]))[0])
 
     def lookup_many(self, requests: int, tokens: "torch.Tensor") -> "torch.Tensor":
-        """Vectorised lookup for one request count and many token counts (the budget policy's hot path)."""
         import torch
 
-        cells = self._cells(max(1, requests))
-        ts = torch.tensor([t for t, _ in cells], dtype=torch.float64)
-        ss = torch.tensor([x for _, x in cells], dtype=torch.float64)
-        if len(cells) == 1:
-            return ss.expand(tokens.shape).clone()
-        x = tokens.to(torch.float64)
+        return torch.from_numpy(self.lookup_array(requests, tokens.numpy()))
+
+    def lookup_array(self, requests: int, tokens: np.ndarray) -> np.ndarray:
+        """Vectorised lookup for one request count and many token counts (the budget policy's hot path:
+        numpy, as its arrays are tiny and a torch op costs several microseconds more)."""
+        ts, ss = self._curve(max(1, requests))
+        if len(ts) == 1:
+            return np.full(tokens.shape, ss[0])
+        x = tokens.astype(np.float64)
         if self.row_block > 1:
             q = self.row_block
-            x = torch.where(x > q, torch.ceil(x / q) * q, x)
-        j = torch.searchsorted(ts, x).clamp(1, len(cells) - 1)  # segment [j-1, j]; ends extrapolate
+            x = np.where(x > q, np.ceil(x / q) * q, x)
+        j = np.clip(np.searchsorted(ts, x), 1, len(ts) - 1)  # segment [j-1, j]; ends extrapolate
         t0, t1, s0, s1 = ts[j - 1], ts[j], ss[j - 1], ss[j]
-        out = s0 + (s1 - s0) * (x - t0) / (t1 - t0)
-        return torch.where(x <= ts[0], ss[0], out)
+        return np.where(x <= ts[0], ss[0], s0 + (s1 - s0) * (x - t0) / (t1 - t0))
 
     def row_slope(self, requests: int, per_request: int) -> float:
         """Seconds per extra row between the cells of `requests` x 1 and `requests` x `per_request` tokens
@@ -97,6 +102,15 @@ class CostTable:
             return 0.0
         r = rows[0]
         return max(0.0, self.seconds[(r, r * per_request)] - self.seconds[(r, r)]) / (r * (per_request - 1))
+
+    def _curve(self, requests: int) -> tuple[np.ndarray, np.ndarray]:
+        """`_cells` as arrays (axis positions, seconds), cached: the policy looks up several times a step."""
+        key = (self._row(requests), self.row_block, len(self.seconds))
+        if key not in self._curves:
+            cells = self._cells(requests)
+            self._curves[key] = (np.array([t for t, _ in cells], dtype=np.float64),
+                                 np.array([x for _, x in cells], dtype=np.float64))
+        return self._curves[key]
 
     def observe(self, requests: int, tokens: int, seconds: float) -> None:
         """Online refresh: scale the cells a lookup of (requests, tokens) reads by observed / predicted,
@@ -120,6 +134,7 @@ class CostTable:
         ratio = seconds / max(self.lookup(requests, tokens), 1e-12)
         for t, w in weights.items():
             self.seconds[(r, t)] *= 1.0 + self.ema * w * (ratio - 1.0)
+        self._curves.clear()
 
     def to_json(self) -> str:
         return json.dumps({"seconds": [[r, t, s] for (r, t), s in sorted(self.seconds.items())],

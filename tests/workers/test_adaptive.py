@@ -1,11 +1,11 @@
 """The draft-depth plan of adaptive verification (workers/adaptive.py), isolated with a hand-made cost table:
-stale per-request estimates are shrunk towards the running mean, and a request planned at depth 0 still
-drafts one position every PROBE_EVERY steps, so its estimates are refreshed."""
+stale per-request estimates are shrunk towards the running mean, one request planned at depth 0 still
+drafts one position every PROBE_EVERY steps, so estimates are refreshed, and a draft's catch-up is priced."""
 from types import SimpleNamespace
 
 import torch
 
-from workers.adaptive import PROBE_EVERY, AdaptiveVerifier
+from workers.adaptive import PROBE_EVERY, PROBE_MAX, AdaptiveVerifier
 from workers.cost_table import CostTable
 from workers.estimators import LogisticEstimator
 from workers.scheduler import ScheduledStep
@@ -37,10 +37,22 @@ def test_a_request_whose_last_draft_looked_bad_is_planned_from_the_running_mean_
     assert _depth(av, req) >= 1  # 0.02 alone says "do not draft"; halfway to 0.3 it pays
 
 
-def test_a_request_planned_at_depth_zero_is_probed_every_few_steps():
+def test_a_request_planned_at_depth_zero_is_probed_ever_less_often():
+    """Probed after PROBE_EVERY plans, then after twice as many each time a probe changes nothing."""
     av, req = _verifier(prior=0.01, last=0.01)
-    depths = [_depth(av, req) for _ in range(2 * PROBE_EVERY)]
-    assert depths.count(0) == 2 * PROBE_EVERY - 2 and depths[PROBE_EVERY - 1] == depths[-1] == 1
+    depths = [_depth(av, req) for _ in range(200)]
+    probes = [i + 1 for i, d in enumerate(depths) if d]
+    assert probes[:4] == [PROBE_EVERY, 3 * PROBE_EVERY, 7 * PROBE_EVERY, 7 * PROBE_EVERY + PROBE_MAX]
+    assert set(depths) == {0, 1}
+
+
+def test_a_plan_that_drafts_resets_the_probe_wait():
+    av, req = _verifier(prior=0.01, last=0.01)
+    for _ in range(3 * PROBE_EVERY):
+        _depth(av, req)
+    assert av._probe_wait == 4 * PROBE_EVERY
+    av._last["r"] = torch.full((7,), 0.9)
+    assert _depth(av, req) >= 1 and av._probe_wait == PROBE_EVERY
 
 
 def test_confident_requests_draft_deep():
@@ -48,18 +60,17 @@ def test_confident_requests_draft_deep():
     assert _depth(av, req) >= 4
 
 
-def test_the_probe_period_grows_with_the_batch():
-    """A probe makes every request's draft catch up on all tokens since its last draft: with 4 requests,
-    once every 4 x PROBE_EVERY steps."""
+def test_a_probe_drafts_only_the_request_with_the_least_to_catch_up_on():
+    """Probing every request made each draft feed every token generated since its last draft: a probe now
+    drafts one request, the cheapest to catch up."""
     av, _ = _verifier(prior=0.01, last=0.01)
-    reqs = [SimpleNamespace(req_id=f"r{i}", tokens=[1] * 20) for i in range(4)]
+    reqs = [SimpleNamespace(req_id=f"r{i}", tokens=[1] * (40 - i)) for i in range(4)]
     probed = []
-    for step in range(1, 8 * PROBE_EVERY + 1):
+    for step in range(1, 3 * PROBE_EVERY + 1):
         plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
         av.plan_depths(plan)
-        if any(d for _, d in plan.decodes):
-            probed.append(step)
-    assert probed == [4 * PROBE_EVERY, 8 * PROBE_EVERY]
+        probed += [(step, r.req_id) for r, d in plan.decodes if d]
+    assert probed == [(PROBE_EVERY, "r3"), (3 * PROBE_EVERY, "r3")]
 
 
 def test_a_step_that_prefills_is_worth_the_engines_recent_rate():
@@ -75,7 +86,7 @@ def test_a_step_that_prefills_is_worth_the_engines_recent_rate():
 
     def depths() -> list[int]:
         plan = ScheduledStep(decodes=[(r, 7) for r in reqs], prefills=[prefill])
-        av._plans = 1  # not a probe step
+        av._since_probe = 0  # not a probe step
         av.plan_depths(plan)
         return [d for _, d in plan.decodes]
 
@@ -92,7 +103,7 @@ def _catch_up_verifier() -> AdaptiveVerifier:
     table = CostTable({(4, t): 0.045 + 0.0002 * t for t in (4, 8, 16, 32)})
     av = AdaptiveVerifier(table, est, CostTable({(4, 4): 0.0045, (4, 68): 0.025}))
     av._prior = torch.full((7,), 0.5)
-    av._plans = 1  # not a probe step
+    av._since_probe = 0  # not a probe step
     return av
 
 
