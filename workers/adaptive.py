@@ -168,7 +168,6 @@ class AdaptiveVerifier:
             return
         n = proposal.num_drafts
         if not bool(n.any()):  # nothing drafted (the depth plan said no): nothing to trim or remember
-            self._step_catch_up = 0
             return
         probs = self.estimator.predict(proposal.features)  # [B, K]
         self._remember(plan, probs, n)

@@ -1,8 +1,8 @@
 """Warm-up cost table: the target's step time over (requests in the step, tokens in the step).
 
 Measured once at start-up on the real runner (bounded in time), persisted keyed by model, dtype and hardware
-so a restart reuses it, and refreshed online from observed step times (an exponential moving average on the
-nearest grid cell). Lookups interpolate linearly in tokens and take the nearest measured request count.
+so a restart reuses it, and refreshed online from observed step times (the cells a lookup reads are scaled
+by observed / predicted). Lookups interpolate linearly in tokens and take the nearest measured request count.
 """
 from __future__ import annotations
 
