@@ -114,11 +114,11 @@ class AdaptiveVerifier:
         last = torch.stack([self._last.get(r.req_id, self._prior) for r in reqs])
         scores = survival(PLAN_SHRINK * last + (1 - PLAN_SHRINK) * self._prior, n)
         caps = n
-        B = len(reqs)
-        extra = torch.tensor([self._catch_up_rows(r) - 1 for r in reqs])  # [B] rows beyond the usual 1
-        self._catch_up = {r.req_id: int(e) for r, e in zip(reqs, extra)}
-        self._step_catch_up = 0
+        self._catch_up, self._step_catch_up = {}, 0
         if self.draft_cost is not None and self.estimator_ready:
+            B = len(reqs)
+            extra = torch.tensor([self._catch_up_rows(r) - 1 for r in reqs])  # [B] rows beyond the usual 1
+            self._catch_up = {r.req_id: int(e) for r, e in zip(reqs, extra)}
             prefill_tokens = sum(c for _, c in plan.prefills)
             caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens,
                                          self._base_emitted(plan, B + prefill_tokens), self.overhead_s,
