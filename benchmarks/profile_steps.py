@@ -13,15 +13,15 @@ import time
 
 from workers.bench import _spec, _warmed, run_ours, workload_prompts
 from workers.config import EngineConfig
-from workers.cost_table import CostTable, hardware_key
+from workers.adaptive import target_table_path
+from workers.cost_table import CostTable
 from workers.engine import LLMEngine
-from workers.model_store import cache_dir
 
 
 def instrument(e: LLMEngine) -> dict:
     T = collections.Counter()
     lengths: collections.Counter = collections.Counter()
-    decode_steps: list[tuple[int, int, float]] = []  # (requests, tokens, forward seconds)
+    decode_steps: list[tuple[int, int, int, float]] = []  # (requests, tokens, ragged extra rows, forward seconds)
     rr, pp, vv, st = e.runner.run, e._propose, e._verify, e.step
 
     def timed(key, fn):
@@ -37,7 +37,9 @@ def instrument(e: LLMEngine) -> dict:
         t = time.perf_counter()
         out = timed("fwd", rr)(chunks, **kw)
         if all(c.num_logits == len(c.token_ids) for c in chunks):  # a pure decode/verify step
-            decode_steps.append((len(chunks), sum(len(c.token_ids) for c in chunks), time.perf_counter() - t))
+            rows = [len(c.token_ids) for c in chunks]
+            ragged = max(rows) - 1 if min(rows) < max(rows) else 0
+            decode_steps.append((len(chunks), sum(rows), ragged, time.perf_counter() - t))
         return out
 
     def step():
@@ -66,13 +68,19 @@ def instrument(e: LLMEngine) -> dict:
     return {"T": T, "lengths": lengths, "decode_steps": decode_steps}
 
 
-def table_check(steps: list[tuple[int, int, float]], table: CostTable) -> str:
+def table_check(steps: list[tuple[int, int, int, float]], table: CostTable) -> str:
     """How the warm-up cost table's prediction compares with the observed forward of pure decode steps:
-    the median observed / predicted, for steps at the batch's base tokens and for steps with extra tokens."""
-    base = [s / table.lookup(r, n) for r, n, s in steps if n == r]
-    extra = [s / table.lookup(r, n) for r, n, s in steps if n > r]
+    the median observed / predicted, for steps at the batch's base tokens, for uniform steps with extra
+    tokens, and for ragged ones (predicted with and without the table's ragged cells)."""
+    def ratio(r, n, e, s, ragged=True):
+        return s / (table.lookup(r, n) + (float(table.ragged_array(r, e)) if ragged else 0.0))
+    base = [ratio(*x) for x in steps if x[1] == x[0]]
+    uniform = [ratio(*x) for x in steps if x[1] > x[0] and not x[2]]
+    ragged = [ratio(*x) for x in steps if x[2]]
+    flat = [ratio(*x, ragged=False) for x in steps if x[2]]
     med = lambda xs: f"{statistics.median(xs):.2f} (n={len(xs)})" if xs else "-"  # noqa: E731
-    return f"observed/table: 1 token each {med(base)}, with drafts {med(extra)}"
+    return (f"observed/table: 1 token each {med(base)}, uniform drafts {med(uniform)}, ragged {med(ragged)} "
+            f"({med(flat)} without the ragged cells)")
 
 
 def main() -> None:
@@ -88,8 +96,7 @@ def main() -> None:
                for m in args.modes.split(",")}
     any_e = next(iter(engines.values()))
     # the warm-up table as measured (on disk), not the copies the adaptive engines refreshed since
-    key = hardware_key(any_e.config.model, str(any_e.model.dtype), str(any_e.model.device))
-    path = cache_dir() / "cost_tables" / f"{key}.json"
+    path = target_table_path(any_e)
     table = CostTable.from_json(path.read_text()) if path.exists() else None
     if table is not None:
         table.row_block = next((e.adaptive.cost.row_block for e in engines.values() if e.adaptive), 1)

@@ -7,6 +7,7 @@ table, and the drafts are trimmed to those prefixes. After verification the outc
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -76,14 +77,13 @@ class AdaptiveVerifier:
     @classmethod
     def build(cls, engine: "LLMEngine") -> "AdaptiveVerifier":
         cfg = engine.config
-        tp = f"|tp{cfg.tensor_parallel_size}" if cfg.tensor_parallel_size > 1 else ""
-        key = hardware_key(cfg.model + tp, str(engine.model.dtype), str(engine.model.device))
-        path = cache_dir() / "cost_tables" / f"{key}.json"
+        path = target_table_path(engine)
         log.info("cost table: %s (measuring if absent, <= %.0f s)", path, cfg.spec.cost_table_budget_s)
         requests = tuple(r for r in (1, 2, 4, 8, 16, 32, 64) if r <= cfg.max_num_seqs)
-        cost = load_or_measure(path, lambda r, n: _profile_step(engine.runner, r, n),
-                               budget_s=cfg.spec.cost_table_budget_s, requests=requests)
         row_block = SMALL_ROWS if cfg.batch_invariant else 1  # a property of the runner, not the file
+        cost = load_or_measure(path, lambda r, n: _profile_step(engine.runner, r, n),
+                               budget_s=cfg.spec.cost_table_budget_s, requests=requests,
+                               ragged_step=lambda rows: _profile_rows(engine.runner, rows), row_block=row_block)
         cost.row_block = row_block
         k = engine.k
         draft_cost = None
@@ -203,13 +203,16 @@ class AdaptiveVerifier:
         self._drafted_at.pop(req_id, None)
 
     def observe_step(self, wall_s: float, forward_s: float, draft_s: float, requests: int, tokens: int,
-                     pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0, emitted: int = 0) -> None:
+                     pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0, emitted: int = 0,
+                     ragged_extra: int = 0) -> None:
         """Refresh the cost model from a finished step: the target's forward (pure decode steps only:
-        prefill chunks lie far outside the grid, at other context lengths), the drafter's time (it ran
-        `draft_depth` batched iterations for `draft_requests` requests, the first with the catch-up rows
-        planned for them), and the host overhead."""
+        prefill chunks lie far outside the grid, at other context lengths; a ragged step, whose longest
+        request computed 1 + `ragged_extra` rows, less the table's ragged cost, so it refreshes the uniform
+        cells it is read from), the drafter's time (it ran `draft_depth` batched iterations for
+        `draft_requests` requests, the first with the catch-up rows planned for them), and the host overhead."""
         if pure_decode:
-            self.cost.observe(requests, tokens, forward_s)
+            ragged_s = float(self.cost.ragged_array(requests, ragged_extra)) if ragged_extra > 0 else 0.0
+            self.cost.observe(requests, tokens, max(forward_s - ragged_s, 0.5 * forward_s))
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
             self._observe_draft(draft_s, draft_requests, draft_depth)
         self.overhead_s += 0.1 * (max(0.0, wall_s - forward_s - draft_s) - self.overhead_s)
@@ -247,14 +250,25 @@ class AdaptiveVerifier:
                                torch.tensor([a for _, _, a in rows]))
 
 
+def target_table_path(engine: "LLMEngine") -> Path:
+    """Where the target's warm-up table is kept: keyed by model, tensor parallelism, dtype and hardware
+    (`|ragged`: tables measured before the ragged cells existed are not reused)."""
+    cfg = engine.config
+    tp = f"|tp{cfg.tensor_parallel_size}" if cfg.tensor_parallel_size > 1 else ""
+    key = hardware_key(cfg.model + tp + "|ragged", str(engine.model.dtype), str(engine.model.device))
+    return cache_dir() / "cost_tables" / f"{key}.json"
+
+
 def _profile_step(runner: ModelRunner, requests: int, tokens: int) -> None:
     """One step of `requests` sequences at PROFILE_CONTEXT, `tokens` positions in all."""
-    bs = runner.block_size
-    per = tokens // requests
-    blocks = runner.pool.allocate(requests * -(-(PROFILE_CONTEXT + per) // bs))
+    _profile_rows(runner, [tokens // requests] * requests)
+
+
+def _profile_rows(runner: ModelRunner, rows: list[int]) -> None:
+    """One step of sequences at PROFILE_CONTEXT computing `rows[i]` positions each (all of them logits)."""
+    nb = -(-(PROFILE_CONTEXT + max(rows)) // runner.block_size)
+    blocks = runner.pool.allocate(len(rows) * nb)
     try:
-        nb = len(blocks) // requests
-        chunks = [StepChunk([7] * per, PROFILE_CONTEXT, blocks[i * nb:(i + 1) * nb], per) for i in range(requests)]
-        runner.run(chunks)
+        runner.run([StepChunk([7] * n, PROFILE_CONTEXT, blocks[i * nb:(i + 1) * nb], n) for i, n in enumerate(rows)])
     finally:
         runner.pool.free(blocks)

@@ -3,7 +3,8 @@
 Every candidate position of every speculating request is scored by its survival probability (the product
 of the request's per-position acceptance estimates up to it, so scores never increase along a request).
 All positions are ranked together; taking the N best gives expected tokens = (speculating requests, each
-emits >= 1 token) + sum of the N scores, and expected time = cost table at (requests, step tokens + N).
+emits >= 1 token) + sum of the N scores, and expected time = cost table at (requests, step tokens + N),
+plus the table's ragged-step cost when the requests would not all verify the same count.
 The N maximising tokens per second wins; each request verifies the prefix of its drafts that was taken.
 """
 from __future__ import annotations
@@ -70,9 +71,13 @@ def choose_verify_lengths(
         take = take & (own[None, :] <= limits[:, None])[:, None, :]
     count = take.cumsum(-1)  # positions taken up to and including each one
     tokens = base_emitted + (flat[order] * take).cumsum(-1)
+    deepest = np.maximum.accumulate(depth * take, axis=-1)  # the longest verify among the positions taken
     seconds = step_s[count]
+    if cost.ragged:  # unless every request verifies the same count, the step is ragged (see cost_table.py)
+        ragged = (count > 0) & (count < B * deepest)
+        seconds = seconds + ragged * cost.ragged_array(num_requests, np.arange(K + 1))[deepest]
     if draft_step_s > 0:
-        seconds = seconds + draft_step_s * np.maximum.accumulate(depth * take, axis=-1)
+        seconds = seconds + draft_step_s * deepest
     if own is not None:  # a request's first position (ranked before its others) pays its catch-up
         seconds = seconds + (own * (order % K == 0) * take).cumsum(-1)
     rate = np.where(take, tokens / np.maximum(seconds, 1e-12), -1.0).reshape(-1, n)  # [L * C, n]

@@ -193,9 +193,10 @@ class LLMEngine:
             if req.status is Status.RUNNING:
                 self.scheduler.commit_full_blocks(req)
         if self.adaptive is not None:
-            self.adaptive.observe_step(time.perf_counter() - t_start, forward_s, draft_s, len(chunks),
-                                       sum(len(c.token_ids) for c in chunks), not plan.prefills,
-                                       len(plan.decodes), draft_depth, self.tokens_out - tokens_before)
+            rows = [len(c.token_ids) for c in chunks]
+            self.adaptive.observe_step(time.perf_counter() - t_start, forward_s, draft_s, len(chunks), sum(rows),
+                                       not plan.prefills, len(plan.decodes), draft_depth,
+                                       self.tokens_out - tokens_before, max(rows) - 1 if min(rows) < max(rows) else 0)
         self.heap.maybe_trim()
         return self._collect_outputs()
 

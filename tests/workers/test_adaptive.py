@@ -7,7 +7,7 @@ import torch
 
 from workers.adaptive import PROBE_EVERY, PROBE_MAX, AdaptiveVerifier
 from workers.cost_table import CostTable
-from workers.estimators import LogisticEstimator
+from workers.estimators import LogisticEstimator, NgramEstimator
 from workers.scheduler import ScheduledStep
 
 # c=1 on this CPU (docs/architecture.md): a 40 ms forward nearly flat in tokens, 4.5 ms per draft iteration,
@@ -142,3 +142,15 @@ def test_the_catch_up_rate_is_refreshed_from_observed_draft_time():
     rate = av._catch_up_row_s(4)
     av.observe_step(1.0, 0.1, 2 * predicted, 4, 6, True, draft_requests=4, draft_depth=2)
     assert av._catch_up_row_s(4) > rate * 1.05
+
+
+def test_a_ragged_step_refreshes_the_uniform_cells_without_its_ragged_cost():
+    """A pure decode step where one request verified 3 drafts took the uniform time plus the table's ragged
+    cost: the uniform cells it is read from stay where they were."""
+    table = CostTable({(4, 4): 0.040, (4, 8): 0.050}, ragged={(4, 1): 0.006, (4, 7): 0.012})
+    av = AdaptiveVerifier(table, NgramEstimator(7))
+    before = table.lookup(4, 7)
+    av.observe_step(0.1, before + 0.008, 0.0, 4, 7, True, ragged_extra=3)
+    assert abs(table.lookup(4, 7) - before) < 1e-9
+    av.observe_step(0.1, before + 0.008, 0.0, 4, 7, True)  # the same time from a uniform step: dearer
+    assert table.lookup(4, 7) > before

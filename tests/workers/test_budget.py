@@ -1,5 +1,6 @@
 import time
 
+import numpy as np
 import torch
 
 from workers.budget import allocate_capacity, choose_verify_lengths, survival
@@ -94,9 +95,47 @@ def test_row_blocks_make_the_cost_a_staircase():
 def test_measure_respects_grid_and_time_budget():
     calls = []
     table = measure(lambda r, n: calls.append((r, n)), requests=(1, 2), extra=(0, 3), budget_s=5, repeats=1)
-    assert sorted(table.seconds) == [(1, 1), (1, 4), (2, 2), (2, 8)] and len(calls) == 4
+    assert sorted(table.seconds) == [(1, 1), (1, 4), (2, 2), (2, 8)]
+    assert calls == [(1, 1)] * 2 + sorted(table.seconds)  # two untimed warm-up steps first
     assert measure(lambda r, n: time.sleep(0.02), requests=(1, 2, 4), extra=(0,), budget_s=0.01,
                    repeats=1).seconds.keys() == {(1, 1)}
+
+
+def test_measure_times_ragged_cells_against_the_uniform_lookup():
+    """A step where one request computes 1 + e rows and the others 1: its cost above the uniform cells'
+    interpolation at the same tokens is stored per (requests, e); one request is never ragged."""
+    uniform = lambda r, n: time.sleep(0.002 * n)  # noqa: E731
+    rows_seen = []
+
+    def ragged(rows):
+        rows_seen.append(rows)
+        time.sleep(0.002 * sum(rows) + 0.010)  # a ragged step costs 10 ms more
+
+    t = measure(uniform, requests=(1, 2), extra=(0, 1, 7), budget_s=30, repeats=3, ragged_step=ragged)
+    assert sorted(t.ragged) == [(2, 1), (2, 7)] and rows_seen[0] == [1, 2] and rows_seen[-1] == [1, 8]
+    assert all(0.006 < s < 0.020 for s in t.ragged.values())
+    back = CostTable.from_json(t.to_json())
+    assert back.ragged == t.ragged and back.seconds == t.seconds
+
+
+def test_ragged_lookup_interpolates_in_rows_and_is_zero_without_drafts():
+    t = CostTable({(4, 4): 0.04, (4, 8): 0.05}, ragged={(4, 1): 0.004, (4, 7): 0.010, (16, 1): 0.02})
+    assert t.ragged_array(4, np.array([0, 1, 4, 7, 9])).round(4).tolist() == [0.0, 0.004, 0.007, 0.010, 0.010]
+    assert float(t.ragged_array(6, 1)) == 0.004 and float(t.ragged_array(14, 1)) == 0.02  # nearest row
+    assert CostTable({(1, 1): 0.04}).ragged_array(4, np.array([3])).tolist() == [0.0]  # old tables: none
+
+
+def test_a_ragged_step_must_pay_for_itself_a_uniform_one_does_not_pay_it():
+    """One doubtful draft that would pay at the uniform price is dropped once the step's raggedness is
+    priced; when every request verifies the same count the step stays uniform and pays nothing extra."""
+    table = CostTable({(4, t): 0.040 + 0.002 * t for t in (4, 8, 16, 32)})
+    one = survival(torch.tensor([[0.6, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]), torch.tensor([1, 0, 0, 0]))
+    assert choose_verify_lengths(one, table, 4, 4, 4.0).tolist() == [1, 0, 0, 0]
+    table.ragged = {(4, 1): 0.006, (4, 7): 0.012}
+    assert choose_verify_lengths(one, table, 4, 4, 4.0).tolist() == [0, 0, 0, 0]
+    every = survival(torch.full((4, 2), 0.6), torch.full((4,), 2))
+    uniform = choose_verify_lengths(every, table, 4, 4, 4.0)
+    assert uniform.min() > 0 and uniform.min() == uniform.max()
 
 
 def test_cost_curve_is_made_monotone():
