@@ -88,12 +88,15 @@ class NgramEstimator:
         self.strength = prior_strength
         self.acc = torch.zeros(max_match + 1, k)
         self.tot = torch.zeros(max_match + 1, k)
+        self._table: torch.Tensor | None = None  # predictions per (match length, position), until new outcomes
 
     def predict(self, features: torch.Tensor) -> torch.Tensor:  # features[..., 0] = match length
+        if self._table is None:
+            pos_rate = (self.acc.sum(0) + 1) / (self.tot.sum(0) + 2)  # [k], Beta(1, 1) per position
+            self._table = (self.acc + self.strength * pos_rate) / (self.tot + self.strength)
         n = features[..., 0].long().clamp(0, self.max_match)
         pos = torch.arange(features.shape[1]).expand_as(n).clamp(max=self.k - 1)
-        pos_rate = (self.acc.sum(0) + 1) / (self.tot.sum(0) + 2)  # [k], Beta(1, 1) per position
-        return (self.acc[n, pos] + self.strength * pos_rate[pos]) / (self.tot[n, pos] + self.strength)
+        return self._table[n, pos]
 
     def observe(self, features: torch.Tensor, verified: torch.Tensor, accepted: torch.Tensor) -> None:
         seen, label = verification_labels(features.shape[1], verified, accepted)
@@ -101,6 +104,7 @@ class NgramEstimator:
         p = torch.arange(features.shape[1]).expand_as(n).clamp(max=self.k - 1)
         self.tot.index_put_((n[seen], p[seen]), torch.ones(int(seen.sum())), accumulate=True)
         self.acc.index_put_((n[seen], p[seen]), label[seen], accumulate=True)
+        self._table = None
 
 
 def calibration(pred: torch.Tensor, label: torch.Tensor, bins: int = 10) -> dict[str, object]:
