@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import torch
 
+import workers.adaptive as adaptive_module
 from workers.adaptive import PROBE_EVERY, PROBE_MAX, AdaptiveVerifier
 from workers.cost_table import CostTable
 from workers.estimators import LogisticEstimator, NgramEstimator
@@ -52,6 +53,7 @@ def test_a_plan_that_drafts_resets_the_probe_wait():
         _depth(av, req)
     assert av._probe_wait == 4 * PROBE_EVERY
     av._last["r"] = torch.full((7,), 0.9)
+    av._idle_key = None  # as `_remember` does when new estimates arrive
     assert _depth(av, req) >= 1 and av._probe_wait == PROBE_EVERY
 
 
@@ -154,3 +156,21 @@ def test_a_ragged_step_refreshes_the_uniform_cells_without_its_ragged_cost():
     assert abs(table.lookup(4, 7) - before) < 1e-9
     av.observe_step(0.1, before + 0.008, 0.0, 4, 7, True)  # the same time from a uniform step: dearer
     assert table.lookup(4, 7) > before
+
+
+def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
+    """A plan that drafted nothing is not recomputed for the same requests (no new estimates; catch-ups only
+    grow), at most PROBE_EVERY times in a row; another batch is planned afresh."""
+    av, req = _verifier(prior=0.01, last=0.01)
+    calls = []
+    real = adaptive_module.choose_verify_lengths
+    adaptive_module.choose_verify_lengths = lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    try:
+        for _ in range(PROBE_EVERY - 1):  # the first probe comes at plan PROBE_EVERY
+            _depth(av, req)
+        assert len(calls) == 1
+        other = SimpleNamespace(req_id="o", tokens=[1] * 20)
+        av.plan_depths(ScheduledStep(decodes=[(req, 7), (other, 7)]))
+        assert len(calls) == 2
+    finally:
+        adaptive_module.choose_verify_lengths = real
