@@ -133,9 +133,7 @@ class AdaptiveVerifier:
                                              self._base_emitted(plan, B + prefill_tokens), self.overhead_s,
                                              self.draft_cost.lookup(B, B), self._catch_up_row_s(B) * extra)
                 self._idle_key, self._idle_plans = (None if bool(caps.any()) else key), 0
-            caps = self._maybe_probe(caps, n, extra)
-            if bool(caps.any()):  # a probe: new estimates follow
-                self._idle_key = None
+            caps = self._maybe_probe(caps, n, extra)  # a probe's estimates reset the idle plan (`_remember`)
         if self.capacity_planner is not None:  # shared drafter: offer only the positions this replica wants
             wanted = scores * (torch.arange(scores.shape[1])[None, :] < caps[:, None])
             caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], wanted))
