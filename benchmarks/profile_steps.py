@@ -14,7 +14,7 @@ import time
 from workers.bench import _spec, _warmed, run_ours, workload_prompts
 from workers.config import EngineConfig
 from workers.adaptive import target_table_path
-from workers.cost_table import CostTable
+from workers.cost_table import CostTable, ragged_extra
 from workers.engine import LLMEngine
 
 
@@ -38,8 +38,7 @@ def instrument(e: LLMEngine) -> dict:
         out = timed("fwd", rr)(chunks, **kw)
         if all(c.num_logits == len(c.token_ids) for c in chunks):  # a pure decode/verify step
             rows = [len(c.token_ids) for c in chunks]
-            ragged = max(rows) - 1 if min(rows) < max(rows) else 0
-            decode_steps.append((len(chunks), sum(rows), ragged, time.perf_counter() - t))
+            decode_steps.append((len(chunks), sum(rows), ragged_extra(rows), time.perf_counter() - t))
         return out
 
     def step():

@@ -177,6 +177,12 @@ class CostTable:
                    row_block=int(data.get("row_block", 1)))
 
 
+def ragged_extra(rows: list[int]) -> int:
+    """Rows beyond 1 of the longest sequence of a step whose sequences compute different row counts (the
+    `e` of the ragged cells); 0 for a uniform step."""
+    return max(rows) - 1 if min(rows) < max(rows) else 0
+
+
 def _isotonic(ys: list[float]) -> list[float]:
     blocks: list[list[float]] = []  # [sum, count]
     for y in ys:

@@ -19,6 +19,7 @@ import torch
 from workers.adaptive import AdaptiveVerifier
 from workers.attention import PREFILL_SEGMENT
 from workers.config import EngineConfig, SamplingParams
+from workers.cost_table import ragged_extra
 from workers.detokenizer import IncrementalDetokenizer
 from workers.heap import HeapTrimmer
 from workers.llama import LlamaForward
@@ -196,7 +197,7 @@ class LLMEngine:
             rows = [len(c.token_ids) for c in chunks]
             self.adaptive.observe_step(time.perf_counter() - t_start, forward_s, draft_s, len(chunks), sum(rows),
                                        not plan.prefills, len(plan.decodes), draft_depth,
-                                       self.tokens_out - tokens_before, max(rows) - 1 if min(rows) < max(rows) else 0)
+                                       self.tokens_out - tokens_before, ragged_extra(rows))
         self.heap.maybe_trim()
         return self._collect_outputs()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from workers.rejection_sampler import SparseProbs
@@ -83,3 +84,30 @@ class TokenMirror:
 
     def release(self, req_id: str) -> None:
         self.tokens.pop(req_id, None)
+
+
+class ArrayTokenMirror:
+    """`TokenMirror` as growable int64 arrays, for proposers that search the context with numpy (n-gram),
+    so no step copies a whole context from a list."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, tuple[np.ndarray, int]] = {}
+
+    def update(self, d: DraftInput) -> np.ndarray:
+        buf, n = self.buffers.get(d.req_id, (np.empty(0, dtype=np.int64), 0))
+        n = min(n, d.start)
+        end = n + len(d.new_tokens)
+        if end > len(buf):
+            grown = np.empty(max(2 * len(buf), end, 64), dtype=np.int64)
+            grown[:n] = buf[:n]
+            buf = grown
+        buf[n:end] = d.new_tokens
+        self.buffers[d.req_id] = (buf, end)
+        return buf[:end]
+
+    def snapshot(self, req_id: str) -> list[int]:
+        buf, n = self.buffers[req_id]
+        return buf[:n].tolist()
+
+    def release(self, req_id: str) -> None:
+        self.buffers.pop(req_id, None)

@@ -19,10 +19,10 @@ def test_proposer_keeps_a_mirror_from_deltas_and_respects_budget():
     assert out.draft_tokens[0].tolist() == [3, 4, 1, 2] and out.num_drafts.tolist() == [4]
     # next step: the engine accepted "3" and sampled "9": delta from position 6
     out = p.propose([DraftInput("a", 6, [3, 9], 2, 0.0, 0, 2)])
-    assert p._mirror.tokens("a") == [1, 2, 3, 4, 1, 2, 3, 9]
+    assert p._mirror.snapshot("a") == [1, 2, 3, 4, 1, 2, 3, 9]
     assert out.num_drafts.tolist() == [0]
     out = p.propose([DraftInput("a", 7, [4], 2, 0.0, 0, 3)])  # rollback of "9": truncated, then appended
-    assert p._mirror.tokens("a") == [1, 2, 3, 4, 1, 2, 3, 4]
+    assert p._mirror.snapshot("a") == [1, 2, 3, 4, 1, 2, 3, 4]
     assert out.draft_tokens[0, :2].tolist() == [1, 2] and out.draft_tokens[0, 2:].tolist() == [-1, -1]
     assert torch.equal(out.features[0, :2, 0], torch.tensor([3.0, 3.0]))
     p.release("a")
