@@ -2,6 +2,14 @@
 
 Closed loop: `concurrency` requests are in flight at all times until the prompt list is done; every request
 generates exactly `max_tokens` tokens (greedy, EOS ignored), so the configurations do the same work.
+Drained (the default): every prompt runs to its end, so the run also times the drain, where the load falls
+from `concurrency` to 1 and a token that ends one request early buys only a smaller batch later; with one
+request per slot that is most of the run, and it counts against speculation (n-gram, ShareGPT, c=4: adaptive
+0.95x of no speculation drained with 2 requests per slot, 1.005x with 8). Sustained (`sustained=True`): every
+slot is refilled from an endless supply of prompts and the clock stops once (P + 1/2) x c x max_tokens
+tokens are out, with c slots still busy. The half wave makes the prefills timed match the tokens timed in
+expectation: without speculation all slots finish together, so stopping at a whole number of waves would
+time one prefill burst fewer than a configuration whose slots refill one by one.
 HF `generate` has no continuous batching: it runs static batches of `concurrency` prompts (left-padded);
 its prompt lookup (assisted generation) only supports batch size 1, so it runs one request at a time.
 """
@@ -48,24 +56,34 @@ def workload_prompts(name: str, n: int, seed: int) -> list[str]:
     return {"sharegpt": sharegpt_prompts, "repetitive": repetitive_prompts}[name](n, seed=seed)
 
 
-def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_tokens: int) -> dict:
+def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_tokens: int,
+             stop_after_tokens: int | None = None) -> dict:
+    """Closed loop over `prompts`; with `stop_after_tokens`, the prompts are cycled and the run stops (in-flight
+    requests aborted) at the first step by which that many tokens were emitted."""
     engine.spec_stats, engine.latency = SpecStats(), LatencyStats()
     engine.runner.pool.reset_prefix_cache()
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     todo = list(prompts)
-    inflight, out_tokens = 0, 0
+    active: set[str] = set()
+    out_tokens, served = 0, 0
     t0 = time.perf_counter()
-    while todo or inflight:
-        while todo and inflight < concurrency:
-            engine.add_request(todo.pop(0), sp)
-            inflight += 1
+    while (todo or active) and (stop_after_tokens is None or out_tokens < stop_after_tokens):
+        while todo and len(active) < concurrency:
+            active.add(engine.add_request(todo.pop(0), sp))
+            served += 1
+            if stop_after_tokens is not None and not todo:
+                todo = list(prompts)
         for o in engine.step():
             out_tokens += len(o.new_token_ids)
-            inflight -= o.finished
+            if o.finished:
+                active.discard(o.req_id)
     dt = time.perf_counter() - t0
+    for req_id in active:  # a sustained run ends with every slot busy
+        engine.abort(req_id)
+    engine.step()  # collects the aborted requests
     s, lat = engine.spec_stats, engine.latency.to_dict()
     spec = engine.proposer is not None
-    return dict(output_tokens=out_tokens, seconds=dt, output_tokens_per_s=out_tokens / dt,
+    return dict(output_tokens=out_tokens, seconds=dt, output_tokens_per_s=out_tokens / dt, num_requests=served,
                 mean_acceptance_length=round(s.mean_acceptance_length, 4) if spec else None,
                 acceptance_per_position=[round(x, 4) for x in s.acceptance_per_position] if spec else None,
                 tokens_per_computed_position=round(s.tokens_per_computed_position, 4),
@@ -100,19 +118,19 @@ def _spec(mode: str, default_k: int) -> SpecConfig:
 
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None,
-              repeat: int = 1, kv_cache_memory_gb: float = 1.0) -> list[BenchRow]:
-    """Every configuration `repeat` times. The repeats of one (workload, concurrency) point run back to back,
+              repeat: int = 1, kv_cache_memory_gb: float = 1.0, sustained: bool = False) -> list[BenchRow]:
+    """Every configuration `repeat` times (drained or sustained: see the module doc). The repeats of one (workload, concurrency) point run back to back,
     each cycling through all configurations, so a slow period of this noisy machine hits every configuration
     of the point alike; each row reports the median tokens/s and keeps every sample."""
     runs = _run_plan(workloads, concurrencies, modes, k, max_tokens, peers, prompts_per_slot, seed, dtype, repeat,
-                     kv_cache_memory_gb)
+                     kv_cache_memory_gb, sustained)
     rows = []
     for group in zip(*runs):
         samples = [g.output_tokens_per_s for g in group]
         med = sorted(group, key=lambda g: g.output_tokens_per_s)[len(group) // 2]
         rows.append(BenchRow(**{**asdict(med), "samples_tokens_per_s": [round(x, 2) for x in samples]}))
     if out is not None:
-        _write(out, rows, max_tokens, seed, dtype, repeat)
+        _write(out, rows, max_tokens, seed, dtype, repeat, sustained)
     return rows
 
 
@@ -134,7 +152,7 @@ _HF: dict[str, object] = {}
 
 def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, repeat: int,
-              kv_cache_memory_gb: float = 1.0) -> list[list[BenchRow]]:
+              kv_cache_memory_gb: float = 1.0, sustained: bool = False) -> list[list[BenchRow]]:
     from transformers import AutoModelForCausalLM
 
     engines = {m: _ENGINES.get((m, k, dtype)) or _ENGINES.setdefault(
@@ -156,20 +174,23 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
     total = len(plan) * (len(modes) + len(peers)) * repeat
     with tqdm(total=total, desc="bench", unit="config") as bar:
         for w, c in plan:
-            texts = workload_prompts(w, max(prompts_per_slot * c, 4), seed)
+            n = max(prompts_per_slot * c, 4)
+            # sustained: enough distinct prompts that none repeats (a repeat would hit the prefix cache)
+            texts = workload_prompts(w, n + c if sustained else n, seed)
             prompts = [any_engine.encode_prompt(t, chat=True) for t in texts]
+            stop = n * max_tokens + c * max_tokens // 2 if sustained else None
             for rep in range(repeat):
                 rows = runs[rep]
                 for m, eng in engines.items():
                     run_ours(eng, prompts[:2], 2, 4)  # warm-up
-                    r = run_ours(eng, prompts, c, max_tokens)
+                    r = run_ours(eng, prompts, c, max_tokens, stop)
                     spec = eng.config.spec
                     mode = spec.method + (f"-{spec.verify}" if spec.method != "off" and spec.verify != "fixed" else "")
-                    rows.append(BenchRow("specfleet", mode, eng.k, None, w, c, len(prompts), **r))
+                    rows.append(BenchRow("specfleet", mode, eng.k, None, w, c, **r))
                     bar.set_postfix_str(f"{w} c={c} ours-{m}: {r['output_tokens_per_s']:.1f} tok/s")
                     bar.update()
                 for p in peers:
-                    rows.append(_run_peer(p, rows, hf, tok, prompts, w, c, k, max_tokens, prompts_per_slot,
+                    rows.append(_run_peer(p, rows, hf, tok, prompts[:n], w, c, k, max_tokens, prompts_per_slot,
                                           min(concurrencies)))
                     bar.set_postfix_str(f"{w} c={c} {p}: {rows[-1].output_tokens_per_s:.1f} tok/s")
                     bar.update()
@@ -189,11 +210,12 @@ def _run_peer(p: str, rows: list[BenchRow], hf, tok, prompts, w: str, c: int, k:
                     len(prompts) if not lookup else max(4, prompts_per_slot), **r)
 
 
-def _write(out: Path, rows: list[BenchRow], max_tokens: int, seed: int, dtype: str, repeat: int) -> None:
+def _write(out: Path, rows: list[BenchRow], max_tokens: int, seed: int, dtype: str, repeat: int,
+           sustained: bool = False) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"dtype": str(next(iter(_ENGINES.values())).model.dtype), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "machine": platform.machine(), "max_tokens": max_tokens, "seed": seed,
-            "repeat": repeat, "statistic": "median tokens/s over repeats",
+            "repeat": repeat, "statistic": "median tokens/s over repeats", "sustained": sustained,
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     out.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
 

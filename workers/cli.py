@@ -93,7 +93,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     rows = run_bench(args.workloads.split(","), [int(c) for c in args.concurrency.split(",")], args.modes.split(","),
                      args.k, args.max_tokens, [p for p in args.peers.split(",") if p], args.prompts_per_slot,
-                     args.seed, args.dtype, Path(args.out) if args.out else None, args.repeat)
+                     args.seed, args.dtype, Path(args.out) if args.out else None, args.repeat,
+                     sustained=args.sustained)
     print(format_table(rows))
     if args.out:
         print(f"\nwrote {args.out}")
@@ -140,6 +141,8 @@ def main(argv: list[str] | None = None, extend=None) -> int:
     p.add_argument("--prompts-per-slot", type=int, default=2, help="requests per concurrency slot")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=1, help="run everything N times, interleaved; report medians")
+    p.add_argument("--sustained", action="store_true",
+                   help="refill every slot and stop at (P + 1/2) x c x max-tokens tokens, no drain (ours only)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--out", default=None, help="write JSON results here")
     p.set_defaults(fn=cmd_bench)
