@@ -90,6 +90,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=1, help="runs per mode (interleaved)")
     ap.add_argument("--prompts-per-slot", type=int, default=1, help="requests per concurrency slot")
+    ap.add_argument("--sustained", action="store_true", help="refill every slot, no drain (workers/bench.py)")
     args = ap.parse_args()
     engines = {m: _warmed(LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(m, 7))), args.max_tokens, 0)
                for m in args.modes.split(",")}
@@ -100,12 +101,14 @@ def main() -> None:
     if table is not None:
         table.row_block = next((e.adaptive.cost.row_block for e in engines.values() if e.adaptive), 1)
     n = max(args.concurrency * args.prompts_per_slot, 4)
-    ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, n, 0)]
+    c, L = args.concurrency, args.max_tokens
+    ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, n + c * args.sustained, 0)]
+    stop = n * L + c * L // 2 if args.sustained else None
     for _ in range(args.rounds):
         for m, e in engines.items():
             run_ours(e, ps[:2], 2, 4)
             probe = instrument(e)
-            r = run_ours(e, ps, args.concurrency, args.max_tokens)
+            r = run_ours(e, ps, c, L, stop)
             e.runner.run, e._propose, e._verify, e.step = [getattr(type(x), y).__get__(x) for x, y in
                                                            ((e.runner, "run"), (e, "_propose"), (e, "_verify"),
                                                             (e, "step"))]
@@ -113,8 +116,12 @@ def main() -> None:
                 e.adaptive.trim = type(e.adaptive).trim.__get__(e.adaptive)
             T, k = probe["T"], max(probe["T"]["steps"], 1)
             ms = {x: round(T[x] / k * 1e3, 1) for x in ("step", "fwd", "prop", "trim", "verify")}
+            pure = probe["decode_steps"]
+            pure_s = sum(x[3] for x in pure)
             print(f"{m}: {r['output_tokens_per_s']:.1f} tok/s, {k} steps, ms/step {ms}, tokens/step "
-                  f"{T['tok'] / k:.1f}, verified/step {T['vpos'] / k:.2f}, MAL {r['mean_acceptance_length']}, "
+                  f"{T['tok'] / k:.1f}, forward of pure decode steps {len(pure)} x {pure_s / max(len(pure), 1) * 1e3:.1f}"
+                  f" ms, of the others {k - len(pure)} x {(T['fwd'] - pure_s) / max(k - len(pure), 1) * 1e3:.1f} ms"
+                  f", verified/step {T['vpos'] / k:.2f}, MAL {r['mean_acceptance_length']}, "
                   f"acc/pos {r['acceptance_per_position']}"
                   + (f", verify lengths {dict(sorted(probe['lengths'].items()))}; steps that also prefill: "
                      f"{T['mixed_steps']}, drafting {T['mixed_prop'] * 1e3:.0f} ms of {T['prop'] * 1e3:.0f}, "
