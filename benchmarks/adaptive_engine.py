@@ -96,7 +96,8 @@ def markdown_tables(data: dict) -> str:
     tps = {(r["mode"], r["k"], r["workload"], r["concurrency"]): r["output_tokens_per_s"] for r in rows}
     out = []
     for m, title in (("draft", "trained draft"), ("ngram", "n-gram")):
-        out += [f"**{title}** (tokens/s, median of {data['repeat']}):", "",
+        rate = "sustained tokens/s" if data.get("sustained") else "tokens/s, drained"
+        out += [f"**{title}** ({rate}, median of {data['repeat']}):", "",
                 "| workload | c | no spec | k=2 | k=4 | k=7 | adaptive | adaptive / max(no spec, best k) | same, "
                 "paired per cycle | k=7 / no spec |", "|---|---|---|---|---|---|---|---|---|---|"]
         for s in (s for s in summary if s["method"] == m):

@@ -3,13 +3,13 @@
 Closed loop: `concurrency` requests are in flight at all times until the prompt list is done; every request
 generates exactly `max_tokens` tokens (greedy, EOS ignored), so the configurations do the same work.
 Drained (the default): every prompt runs to its end, so the run also times the drain, where the load falls
-from `concurrency` to 1 and a token that ends one request early buys only a smaller batch later; with one
-request per slot that is most of the run, and it counts against speculation (n-gram, ShareGPT, c=4: adaptive
-0.95x of no speculation drained with 2 requests per slot, 1.005x with 8). Sustained (`sustained=True`): every
-slot is refilled from an endless supply of prompts and the clock stops once (P + 1/2) x c x max_tokens
-tokens are out, with c slots still busy. The half wave makes the prefills timed match the tokens timed in
-expectation: without speculation all slots finish together, so stopping at a whole number of waves would
-time one prefill burst fewer than a configuration whose slots refill one by one.
+from `concurrency` to 1 and a token that ends one request early buys only a smaller batch later. With one
+request per slot that is most of the run, and it counts against speculation (n-gram, ShareGPT, c=4:
+adaptive / max(no speculation, k=2) 0.95-0.97 drained with 2 requests per slot, 1.005 with 8).
+Sustained (`sustained=True`): every slot is refilled from a supply of distinct prompts, and the clock stops
+once (P + 1/2) x c x max_tokens tokens are out, with c slots still busy. The half wave makes the prefills
+timed match the tokens timed in expectation: without speculation all slots finish together, so stopping at
+a whole number of waves would time one prefill burst fewer than a configuration whose slots refill one by one.
 HF `generate` has no continuous batching: it runs static batches of `concurrency` prompts (left-padded);
 its prompt lookup (assisted generation) only supports batch size 1, so it runs one request at a time.
 """
