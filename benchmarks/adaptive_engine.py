@@ -67,7 +67,7 @@ def plot(rows: list[dict], throughput_png: Path, acceptance_png: Path) -> None:
                 ax.plot([c for c, _ in pts], [v for _, v in pts], "-o" if "adaptive" in label else ":s", label=label,
                         linewidth=2.5 if "adaptive" in label else 1.2)
             ax.axhline(1.0, color="gray", linewidth=1)
-            concurrency_axis(ax, "concurrency (closed loop)", "tokens/s / no speculation",
+            concurrency_axis(ax, "concurrency (closed loop, sustained)", "tokens/s / no speculation",
                              f"{'trained draft' if m == 'draft' else 'n-gram'}, {w}")
     fig.suptitle("SmolLM2-135M target, bf16, 2 CPU cores")
     fig.tight_layout()
