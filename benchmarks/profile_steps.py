@@ -102,7 +102,7 @@ def main() -> None:
         table.row_block = next((e.adaptive.cost.row_block for e in engines.values() if e.adaptive), 1)
     n = max(args.concurrency * args.prompts_per_slot, 4)
     c, L = args.concurrency, args.max_tokens
-    ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, n + c * args.sustained, 0)]
+    ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, n + 2 * c * args.sustained, 0)]
     stop = n * L + c * L // 2 if args.sustained else None
     for _ in range(args.rounds):
         for m, e in engines.items():

@@ -119,9 +119,10 @@ def _spec(mode: str, default_k: int) -> SpecConfig:
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None,
               repeat: int = 1, kv_cache_memory_gb: float = 1.0, sustained: bool = False) -> list[BenchRow]:
-    """Every configuration `repeat` times (drained or sustained: see the module doc). The repeats of one (workload, concurrency) point run back to back,
-    each cycling through all configurations, so a slow period of this noisy machine hits every configuration
-    of the point alike; each row reports the median tokens/s and keeps every sample."""
+    """Every configuration `repeat` times (drained or sustained: see the module doc). The repeats of one
+    (workload, concurrency) point run back to back, each cycling through all configurations, so a slow period
+    of this noisy machine hits every configuration of the point alike; each row reports the median tokens/s
+    and keeps every sample."""
     runs = _run_plan(workloads, concurrencies, modes, k, max_tokens, peers, prompts_per_slot, seed, dtype, repeat,
                      kv_cache_memory_gb, sustained)
     rows = []
@@ -175,8 +176,9 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
     with tqdm(total=total, desc="bench", unit="config") as bar:
         for w, c in plan:
             n = max(prompts_per_slot * c, 4)
-            # sustained: enough distinct prompts that none repeats (a repeat would hit the prefix cache)
-            texts = workload_prompts(w, n + c if sustained else n, seed)
+            # sustained: enough distinct prompts that none repeats (a repeat would hit the prefix cache): at
+            # most n + c/2 finish before the stop, and c more are in flight
+            texts = workload_prompts(w, n + 2 * c if sustained else n, seed)
             prompts = [any_engine.encode_prompt(t, chat=True) for t in texts]
             stop = n * max_tokens + c * max_tokens // 2 if sustained else None
             for rep in range(repeat):
