@@ -11,7 +11,7 @@ import collections
 import statistics
 import time
 
-from workers.bench import _spec, _warmed, run_ours, workload_prompts
+from workers.bench import _spec, _warmed, run_ours, sustained_plan, workload_prompts
 from workers.config import EngineConfig
 from workers.adaptive import target_table_path
 from workers.cost_table import CostTable, ragged_extra
@@ -102,8 +102,8 @@ def main() -> None:
         table.row_block = next((e.adaptive.cost.row_block for e in engines.values() if e.adaptive), 1)
     n = max(args.concurrency * args.prompts_per_slot, 4)
     c, L = args.concurrency, args.max_tokens
-    ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, n + 2 * c * args.sustained, 0)]
-    stop = n * L + c * L // 2 if args.sustained else None
+    count, stop = sustained_plan(c, n, L) if args.sustained else (n, None)
+    ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, count, 0)]
     for _ in range(args.rounds):
         for m, e in engines.items():
             run_ours(e, ps[:2], 2, 4)

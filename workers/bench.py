@@ -56,6 +56,13 @@ def workload_prompts(name: str, n: int, seed: int) -> list[str]:
     return {"sharegpt": sharegpt_prompts, "repetitive": repetitive_prompts}[name](n, seed=seed)
 
 
+def sustained_plan(concurrency: int, requests: int, max_tokens: int) -> tuple[int, int]:
+    """(distinct prompts to hand out, tokens to stop at) for a sustained run of `requests` per point: at most
+    requests + c/2 finish before the stop and c more are in flight, so no prompt repeats (a repeat would hit
+    the prefix cache)."""
+    return requests + 2 * concurrency, requests * max_tokens + concurrency * max_tokens // 2
+
+
 def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_tokens: int,
              stop_after_tokens: int | None = None) -> dict:
     """Closed loop over `prompts`; with `stop_after_tokens`, the prompts are cycled and the run stops (in-flight
@@ -176,11 +183,8 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
     with tqdm(total=total, desc="bench", unit="config") as bar:
         for w, c in plan:
             n = max(prompts_per_slot * c, 4)
-            # sustained: enough distinct prompts that none repeats (a repeat would hit the prefix cache): at
-            # most n + c/2 finish before the stop, and c more are in flight
-            texts = workload_prompts(w, n + 2 * c if sustained else n, seed)
-            prompts = [any_engine.encode_prompt(t, chat=True) for t in texts]
-            stop = n * max_tokens + c * max_tokens // 2 if sustained else None
+            count, stop = sustained_plan(c, n, max_tokens) if sustained else (n, None)
+            prompts = [any_engine.encode_prompt(t, chat=True) for t in workload_prompts(w, count, seed)]
             for rep in range(repeat):
                 rows = runs[rep]
                 for m, eng in engines.items():
