@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import torch
 
 import workers.adaptive as adaptive_module
-from workers.adaptive import PROBE_EVERY, PROBE_MAX, AdaptiveVerifier
+from workers.adaptive import EXPLORE_EVERY, PROBE_EVERY, PROBE_MAX, AdaptiveVerifier
 from workers.cost_table import CostTable
 from workers.estimators import LogisticEstimator, NgramEstimator
 from workers.scheduler import ScheduledStep
@@ -174,3 +174,43 @@ def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
         assert len(calls) == 2
     finally:
         adaptive_module.choose_verify_lengths = real
+
+
+def test_an_ngram_verifier_verifies_one_whole_draft_every_few_trims():
+    """Positions rated low are never verified, so never relabelled: every EXPLORE_EVERY trims that cut a
+    draft, the request with the most cut positions verifies all of it (and only then, only it)."""
+    est = NgramEstimator(7)
+    est.observe(torch.full((200, 7, 1), 2.0), torch.full((200,), 7), torch.zeros(200, dtype=torch.long))
+    table = CostTable({(r, t): 0.1 + 0.01 * t for r in (2,) for t in range(2, 17)})  # drafts never pay
+    av = AdaptiveVerifier(table, est)
+    reqs = [SimpleNamespace(req_id=f"r{i}", tokens=[1] * 20) for i in range(2)]
+    verified = []
+    for _ in range(2 * EXPLORE_EVERY):
+        plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
+        proposal = SimpleNamespace(features=torch.full((2, 7, 1), 2.0), num_drafts=torch.tensor([7, 5]))
+        av.trim(proposal, plan)
+        verified.append(proposal.num_drafts.tolist())
+    explored = [i for i, v in enumerate(verified) if any(v)]
+    assert explored == [EXPLORE_EVERY - 1, 2 * EXPLORE_EVERY - 1]
+    assert verified[explored[0]] == [7, 0] and av.explored_positions == 14
+
+
+def test_an_ngram_request_is_rated_by_how_its_last_draft_fared():
+    """The verifier keys the n-gram table by each request's last verification: it appends that bucket to
+    the draft's features in `trim` (which `learn` then reads) and updates it from the outcomes."""
+    av = AdaptiveVerifier(CostTable({(2, t): 0.04 for t in range(2, 17)}), NgramEstimator(7))  # verify all
+    reqs = [SimpleNamespace(req_id=f"r{i}", tokens=[1] * 20) for i in range(2)]
+    plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
+
+    def step(accepted: list[int]) -> SimpleNamespace:
+        proposal = SimpleNamespace(features=torch.full((2, 7, 1), 3.0), num_drafts=torch.tensor([7, 7]))
+        av.trim(proposal, plan)
+        assert proposal.num_drafts.tolist() == [7, 7]
+        av.learn(proposal, [(b, r, 7, 0) for b, r in enumerate(reqs)], accepted)
+        return proposal.features[:, 0, 1].tolist()  # the buckets this step was rated by
+
+    assert step([7, 0]) == [0.0, 0.0]  # no history yet
+    assert step([5, 3]) == [3.0, 1.0]  # all accepted; the first rejected
+    assert step([5, 0]) == [2.0, 2.0]  # a later one rejected
+    av.forget("r0")
+    assert step([5, 0]) == [0.0, 1.0]

@@ -1,6 +1,6 @@
 import torch
 
-from workers.estimators import LogisticEstimator, NgramEstimator, calibration
+from workers.estimators import LogisticEstimator, NgramEstimator, calibration, history_bucket
 
 
 def _simulate(n, k, gen):
@@ -47,6 +47,31 @@ def test_ngram_table_learns_rates_by_match_length():
     est.observe(feats, torch.full((100,), 2), accepted)
     p = est.predict(torch.tensor([[[4.0], [4.0]], [[1.0], [1.0]]]))
     assert p[0, 0] > 0.85 and p[1, 0] < 0.25 and p[0, 1] > 0.85
+
+
+def test_ngram_table_tells_requests_apart_by_their_last_verification():
+    """Same match length, two kinds of request: one whose last draft was accepted whole (bucket 3), one whose
+    last draft was rejected at once (bucket 1). Match length alone would rate both at the mix."""
+    est = NgramEstimator(k=3, max_match=4)
+    hot, cold = [[2.0, 3.0]] * 3, [[2.0, 1.0]] * 3
+    feats = torch.tensor([hot] * 50 + [cold] * 50)
+    est.observe(feats, torch.full((100,), 3), torch.tensor([3] * 50 + [0] * 50))
+    p = est.predict(torch.tensor([hot, cold, [[2.0, 0.0]] * 3]))
+    assert p[0].min() > 0.85 and p[1, 0] < 0.15
+    assert 0.3 < p[2, 0] < 0.7  # no history yet: the overall rate of the position
+    assert [history_bucket(x) for x in (None, (3, 0), (3, 2), (3, 3), (1, 1))] == [0, 1, 2, 3, 3]
+
+
+def test_ngram_table_forgets_old_outcomes_so_a_new_workload_is_followed():
+    est = NgramEstimator(k=1, max_match=4, memory=200.0)
+    feats = torch.tensor([[[3.0]]] * 100)
+    for _ in range(10):  # a long history where the first position is mostly rejected
+        est.observe(feats, torch.ones(100, dtype=torch.long), torch.tensor([0] * 90 + [1] * 10))
+    assert float(est.tot.sum()) <= 200.0 + 1e-3
+    assert est.predict(feats[:1])[0, 0] < 0.2
+    for _ in range(8):  # the workload changes: now it is mostly accepted (old weight (2/3)^8)
+        est.observe(feats, torch.ones(100, dtype=torch.long), torch.tensor([1] * 90 + [0] * 10))
+    assert est.predict(feats[:1])[0, 0] > 0.8
 
 
 def test_calibration_report_shapes():
