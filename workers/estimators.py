@@ -79,15 +79,16 @@ class LogisticEstimator:
         self.refits += 1
 
 
-HISTORY_BUCKETS = 4  # a request's last verification: none yet, first draft rejected, a later one, all accepted
+HISTORY_BUCKETS = 4  # a request's last verification: none yet, 0 accepted, 1-2 accepted, >= 3 (or all of >= 2)
 
 
 def history_bucket(last: tuple[int, int] | None) -> int:
-    """The n-gram estimator's history key from the request's last (verified, accepted) drafts."""
+    """The n-gram estimator's history key from the request's last (verified, accepted) drafts: how far its
+    last draft was accepted (a draft trimmed to 2 and accepted whole counts as far)."""
     if last is None:
         return 0
     verified, accepted = last
-    return 3 if accepted >= verified else 1 if accepted == 0 else 2
+    return 3 if accepted >= 3 or accepted == verified >= 2 else 2 if accepted >= 1 else 1
 
 
 class NgramEstimator:
@@ -99,8 +100,9 @@ class NgramEstimator:
     Why the history key: match length alone does not tell workloads apart. After a ShareGPT history the
     2-token matches of repetitive prompts were rated at ShareGPT's rates (survival 0.52, 0.35, 0.23, ...),
     while repetitive drafts survived at 0.98, 0.93, 0.85, ...; adaptive ran at 0.89x of fixed k=7 at c=4.
-    Measured limit: these four buckets do not recover that shift yet (0.88x with or without them,
-    benchmarks/workload_shift.py): "a later one rejected" mixes repetitive's 5-of-7 with ShareGPT's 1-of-3.
+    A key of "a later draft rejected" mixed repetitive's 5-of-7 with ShareGPT's 1-of-3 (0.88x, as without a
+    key); keyed by how far it was accepted: 0.92x against 0.91x without (benchmarks/workload_shift.py;
+    its rounds are too short to call that a gain).
     Old outcomes fade: once the table holds more than `memory` outcomes, all counts shrink to `memory`."""
 
     explores = True  # the verifier verifies an occasional full draft: this estimator has no warm-up

@@ -210,7 +210,7 @@ def test_an_ngram_request_is_rated_by_how_its_last_draft_fared():
         return proposal.features[:, 0, 1].tolist()  # the buckets this step was rated by
 
     assert step([7, 0]) == [0.0, 0.0]  # no history yet
-    assert step([5, 3]) == [3.0, 1.0]  # all accepted; the first rejected
-    assert step([5, 0]) == [2.0, 2.0]  # a later one rejected
+    assert step([1, 5]) == [3.0, 1.0]  # all accepted; none
+    assert step([5, 0]) == [2.0, 3.0]  # 1 accepted; 5 accepted
     av.forget("r0")
     assert step([5, 0]) == [0.0, 1.0]

@@ -59,7 +59,7 @@ def test_ngram_table_tells_requests_apart_by_their_last_verification():
     p = est.predict(torch.tensor([hot, cold, [[2.0, 0.0]] * 3]))
     assert p[0].min() > 0.85 and p[1, 0] < 0.15
     assert 0.3 < p[2, 0] < 0.7  # no history yet: the overall rate of the position
-    assert [history_bucket(x) for x in (None, (3, 0), (3, 2), (3, 3), (1, 1))] == [0, 1, 2, 3, 3]
+    assert [history_bucket(x) for x in (None, (3, 0), (3, 2), (7, 5), (2, 2), (1, 1))] == [0, 1, 2, 3, 3, 2]
 
 
 def test_ngram_table_forgets_old_outcomes_so_a_new_workload_is_followed():
