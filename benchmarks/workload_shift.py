@@ -4,7 +4,7 @@ at c=4, fixed k=7 against adaptive with the current n-gram estimator and against
 match length alone (no request history, no fading, no exploration: the estimator of the grid at commit
 f6c6d63, whose one clear miss was this point, 0.89x of k=7). Ratios are to the first variant.
 
-    python benchmarks/workload_shift.py            # ~8 min; JSON in benchmarks/results/workload_shift_cpu.json
+    python benchmarks/workload_shift.py            # ~3 min; JSON in benchmarks/results/workload_shift_cpu.json
     python benchmarks/workload_shift.py --workload sharegpt --history-requests 0 \
         --variants k2,adaptive,adaptive-no-explore,adaptive-match-only --out /tmp/sharegpt_c4.json
 """

@@ -40,8 +40,9 @@ PROBE_EVERY = 8
 PROBE_MAX = 64
 # Every this many trims that cut a draft, the request with the most cut positions verifies its whole draft
 # (estimators that `explore`: the n-gram table). Positions rated low are otherwise never verified, so never
-# relabelled: after a ShareGPT history, adaptive stayed at 0.88-0.90x of fixed k=7 on repetitive prompts at
-# c=4 for 3 rounds. The price is one request's extra rows every few steps (<= k rows per EXPLORE_EVERY steps).
+# relabelled (the one label source the n-gram table lacks, having no warm-up). Not shown to matter alone: with
+# fading, after a ShareGPT history, repetitive prompts at c=4 stayed at 0.87-0.90x of fixed k=7 either way
+# (docs/performance.md). The price is one request's extra rows, <= k, per EXPLORE_EVERY cutting steps.
 EXPLORE_EVERY = 8
 PRIOR_RATE = 0.1  # the batch prior: exponential mean of the estimates over steps (~10 steps)
 RATE_EMA = 0.05  # the engine's recent output rate (tokens / seconds per step), over ~20 steps
