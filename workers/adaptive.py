@@ -41,7 +41,7 @@ PROBE_MAX = 64
 # Every this many trims that cut a draft, the request with the most cut positions verifies its whole draft
 # (estimators that `explore`: the n-gram table). Positions rated low are otherwise never verified, so never
 # relabelled (the one label source the n-gram table lacks, having no warm-up). Not shown to matter alone: with
-# fading, after a ShareGPT history, repetitive prompts at c=4 stayed at 0.87-0.90x of fixed k=7 either way
+# fading, after a ShareGPT history, repetitive prompts at c=4 stayed at 0.88-0.91x of fixed k=7 either way
 # (docs/performance.md). The price is one request's extra rows, <= k, per EXPLORE_EVERY cutting steps.
 EXPLORE_EVERY = 8
 PRIOR_RATE = 0.1  # the batch prior: exponential mean of the estimates over steps (~10 steps)
