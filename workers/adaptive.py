@@ -304,9 +304,9 @@ class AdaptiveVerifier:
 
     def learn(self, proposal: "Proposal", verify: list[tuple[int, object, int, int]], accepted: list[int]) -> None:
         rows = [(b, n, a) for (b, _, n, _), a in zip(verify, accepted) if b >= 0]
-        for (b, req, n, _), a in zip(verify, accepted):
-            if b >= 0 and n > 0:
-                self._verified_last[req.req_id] = (n, a)
+        if getattr(self.estimator, "uses_history", False):  # the next trim's history key (n-gram table)
+            self._verified_last.update((req.req_id, (n, a)) for (b, req, n, _), a in zip(verify, accepted)
+                                       if b >= 0 and n > 0)
         if not rows or proposal.features is None or not any(n for _, n, _ in rows):  # nothing verified
             return
         idx = torch.tensor([b for b, _, _ in rows])
