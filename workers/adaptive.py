@@ -316,10 +316,10 @@ class AdaptiveVerifier:
 
 def target_table_path(engine: "LLMEngine") -> Path:
     """Where the target's warm-up table is kept: keyed by model, tensor parallelism, dtype and hardware
-    (`|ragged`: tables measured before the ragged cells existed are not reused)."""
+    (`|blocks`: tables measured before the ragged cells and the row blocks' cost existed are not reused)."""
     cfg = engine.config
     tp = f"|tp{cfg.tensor_parallel_size}" if cfg.tensor_parallel_size > 1 else ""
-    key = hardware_key(cfg.model + tp + "|ragged", str(engine.model.dtype), str(engine.model.device))
+    key = hardware_key(cfg.model + tp + "|blocks", str(engine.model.dtype), str(engine.model.device))
     return cache_dir() / "cost_tables" / f"{key}.json"
 
 

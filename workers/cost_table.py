@@ -41,13 +41,22 @@ class CostTable:
     path, 32), and a block costs about the same however full it is (measured at 32 requests, context 256:
     32 tokens 135-149 ms; 38, 45 or 55 tokens in any mix 191-211 ms; 64 tokens 168-209 ms). So the step
     time is a staircase in blocks, and interpolating between 32 and 64 tokens priced a few extra verify
-    tokens at a fraction of the block they open. Lookups above one block read the table at whole blocks."""
+    tokens at a fraction of the block they open. Lookups above one block read the table at whole blocks.
+
+    `block_rows` (measured at warm-up, see `block_cost_rows`): a block's fixed cost in rows. Reading every
+    step past a block boundary at the next whole block priced 1-8 extra rows as 32 (measured at 32 requests,
+    context 256-400: 33-40 rows 188-220 ms, 64 rows 247-252, 32 rows 149-165), and the online refresh then
+    pulled the whole-block cell down to those cheaper partial steps, so filling the block looked ~30 ms
+    dearer than one token (c=32 ShareGPT, n-gram: adaptive verified ~10 positions a step at +35-40 ms and
+    fell to 0.88-0.93x of no speculation). With it, the lookup axis is rows + block_rows x blocks: a step
+    pays each block it opens once, then its rows."""
 
     seconds: dict[tuple[int, int], float] = field(default_factory=dict)
     # (requests, e) -> extra seconds of a step where one request computes 1 + e rows and the others 1
     ragged: dict[tuple[int, int], float] = field(default_factory=dict)
     ema: float = 0.1  # weight of one online observation
     row_block: int = 1
+    block_rows: float | None = None  # a row block's fixed cost in rows (None: read at whole blocks)
     _curves: dict = field(default_factory=dict, repr=False, compare=False)  # lookup curves, cleared on refresh
 
     def _row(self, requests: int) -> int:
@@ -64,11 +73,15 @@ class CostTable:
         rounded up to whole blocks. For a measured cell (`requests` given: uniform sequences that are never
         split across blocks) the blocks its uniform packing really used."""
         q = self.row_block
-        if q <= 1 or tokens <= q:
+        if q <= 1:
             return tokens
         if requests is None or tokens // requests > q:
-            return -(-tokens // q) * q  # whole blocks (the vectorised twin is in lookup_many)
-        return -(-requests // (q // (tokens // requests))) * q  # q // per sequences fit in a block
+            blocks = -(-tokens // q)  # packed densely (the vectorised twin is in lookup_array)
+        else:
+            blocks = -(-requests // (q // (tokens // requests)))  # q // per sequences fit in a block
+        if self.block_rows is not None:
+            return tokens + self.block_rows * blocks
+        return tokens if tokens <= q else blocks * q
 
     def _cells(self, requests: int) -> list[tuple[int, float]]:
         """The nearest request count's (position on the lookup axis, seconds), made non-decreasing
@@ -98,7 +111,10 @@ class CostTable:
         x = tokens.astype(np.float64)
         if self.row_block > 1:
             q = self.row_block
-            x = np.where(x > q, np.ceil(x / q) * q, x)
+            if self.block_rows is not None:
+                x = x + self.block_rows * np.ceil(x / q)
+            else:
+                x = np.where(x > q, np.ceil(x / q) * q, x)
         j = np.clip(np.searchsorted(ts, x), 1, len(ts) - 1)  # segment [j-1, j]; ends extrapolate
         t0, t1, s0, s1 = ts[j - 1], ts[j], ss[j - 1], ss[j]
         return np.where(x <= ts[0], ss[0], s0 + (s1 - s0) * (x - t0) / (t1 - t0))
@@ -133,7 +149,7 @@ class CostTable:
 
     def _curve(self, requests: int) -> tuple[np.ndarray, np.ndarray]:
         """`_cells` as arrays (axis positions, seconds), cached: the policy looks up several times a step."""
-        key = (self._row(requests), self.row_block, len(self.seconds))
+        key = (self._row(requests), self.row_block, self.block_rows, len(self.seconds))
         if key not in self._curves:
             cells = self._cells(requests)
             self._curves[key] = (np.array([t for t, _ in cells], dtype=np.float64),
@@ -167,14 +183,14 @@ class CostTable:
     def to_json(self) -> str:
         return json.dumps({"seconds": [[r, t, s] for (r, t), s in sorted(self.seconds.items())],
                            "ragged": [[r, e, s] for (r, e), s in sorted(self.ragged.items())],
-                           "row_block": self.row_block})
+                           "row_block": self.row_block, "block_rows": self.block_rows})
 
     @classmethod
     def from_json(cls, text: str) -> "CostTable":
         data = json.loads(text)
         return cls({(int(r), int(t)): float(s) for r, t, s in data["seconds"]},
                    {(int(r), int(e)): float(s) for r, e, s in data.get("ragged", [])},
-                   row_block=int(data.get("row_block", 1)))
+                   row_block=int(data.get("row_block", 1)), block_rows=data.get("block_rows"))
 
 
 def ragged_extra(rows: list[int]) -> int:
@@ -228,6 +244,9 @@ def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAUL
     cells = [(r, e, False) for r in requests for e in extra]
     cells += [(r, e, True) for r in requests if r > 1 and ragged_step for e in RAGGED_EXTRA]
     for r, e, ragged in cells:
+        if ragged and table.block_rows is None and row_block > 1 and (row_block, 2 * row_block) in table.seconds:
+            # before the ragged cells, which are priced against the lookup this changes
+            table.block_rows = block_cost_rows(table, median_s(lambda: ragged_step([1] * (row_block - 1) + [2])))
         if time.perf_counter() > deadline:
             log.warning("cost table: time budget spent at %d requests%s; the rest is extrapolated", r,
                         " (ragged cells)" if ragged else "")
@@ -238,6 +257,16 @@ def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAUL
             s = median_s(lambda: ragged_step([1] * (r - 1) + [1 + e]))
             table.ragged[(r, e)] = max(0.0, s - table.lookup(r, r + e))
     return table
+
+
+def block_cost_rows(table: CostTable, opened_s: float) -> float:
+    """A row block's fixed cost in rows, from three steps of q = row_block requests: q rows (one full block),
+    q + 1 rows (`opened_s`: one request computes 2, opening a second block) and 2q rows (two full blocks).
+    The rows cost (2q - (q + 1)) apart; the jump from q to q + 1 rows, less one row, is the block."""
+    q = table.row_block
+    one, two = table.seconds[(q, q)], table.seconds[(q, 2 * q)]
+    per_row = max((two - opened_s) / (q - 1), 1e-9)
+    return float(min(max((opened_s - one - per_row) / per_row, 0.0), 4.0 * q))
 
 
 def load_or_measure(path: Path, step: Callable[[int, int], None], **kw) -> CostTable:

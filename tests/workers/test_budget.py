@@ -92,6 +92,29 @@ def test_row_blocks_make_the_cost_a_staircase():
     assert int(choose_verify_lengths(scores, smooth, 32, 32, 32.0).sum()) > 0
 
 
+def test_measured_block_cost_prices_partial_blocks_by_their_rows():
+    """A step costs a fixed part, a fixed cost per 32-row block and a cost per row: the warm-up finds the
+    block's cost in rows, so 33 rows cost one block more than 32 (not the 64-row step), and the online refresh
+    of partially filled steps keeps the full-block cell where it is."""
+    truth = lambda rows: 0.010 + 0.020 * -(-sum(rows) // 32) + 0.0005 * sum(rows)  # noqa: E731
+    t = measure(lambda r, n: time.sleep(truth([n // r] * r)), requests=(32,), extra=(0, 1), budget_s=30,
+                repeats=3, ragged_step=lambda rows: time.sleep(truth(rows)), row_block=32)
+    assert 25 < t.block_rows < 60  # 20 ms / 0.5 ms = 40 rows
+    for rows in (33, 40, 48, 64):
+        assert abs(t.lookup(32, rows) - truth([rows])) < 0.006, rows
+    assert CostTable.from_json(t.to_json()).block_rows == t.block_rows
+    for _ in range(200):
+        for rows in (36, 41, 45):
+            t.observe(32, rows, truth([rows]))
+    assert abs(t.lookup(32, 64) - truth([64])) < 0.006
+    # the policy at 32 requests: four 0.9 positions do not pay for a block; a block of 0.9 positions does
+    p = torch.full((32, 1), 0.1)
+    p[:4] = 0.9
+    assert int(choose_verify_lengths(survival(p, torch.ones(32, dtype=torch.long)), t, 32, 32, 32.0).sum()) == 0
+    full = survival(torch.full((32, 1), 0.9), torch.ones(32, dtype=torch.long))
+    assert int(choose_verify_lengths(full, t, 32, 32, 32.0).sum()) == 32
+
+
 def test_measure_respects_grid_and_time_budget():
     calls = []
     table = measure(lambda r, n: calls.append((r, n)), requests=(1, 2), extra=(0, 3), budget_s=5, repeats=1)
