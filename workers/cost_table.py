@@ -46,10 +46,9 @@ class CostTable:
     `block_rows` (measured at warm-up, see `block_cost_rows`): a block's fixed cost in rows. Reading every
     step past a block boundary at the next whole block priced 1-8 extra rows as 32 (measured at 32 requests,
     context 256-400: 33-40 rows 188-220 ms, 64 rows 247-252, 32 rows 149-165), and the online refresh then
-    pulled the whole-block cell down to those cheaper partial steps, so filling the block looked ~30 ms
-    dearer than one token (c=32 ShareGPT, n-gram: adaptive verified ~10 positions a step at +35-40 ms and
-    fell to 0.88-0.93x of no speculation). With it, the lookup axis is rows + block_rows x blocks: a step
-    pays each block it opens once, then its rows."""
+    pulled the whole-block cell down towards those partial steps, so a full second block looked as cheap as
+    a few rows (fixed k=1's steps at c=32 read 0.81x the table). With it, the lookup axis is
+    rows + block_rows x blocks: a step pays each block it opens once, then its rows."""
 
     seconds: dict[tuple[int, int], float] = field(default_factory=dict)
     # (requests, e) -> extra seconds of a step where one request computes 1 + e rows and the others 1
@@ -69,8 +68,8 @@ class CostTable:
         return rs[i] if i == 0 or rs[i] - requests <= requests - rs[i - 1] else rs[i - 1]
 
     def _x(self, tokens: int, requests: int | None = None) -> int:
-        """Where a step of `tokens` sits on the lookup axis: its tokens within one row block, else its rows
-        rounded up to whole blocks. For a measured cell (`requests` given: uniform sequences that are never
+        """Where a step of `tokens` sits on the lookup axis: its rows plus `block_rows` per block it uses;
+        without `block_rows`, its tokens within one row block, else its rows rounded up to whole blocks. For a measured cell (`requests` given: uniform sequences that are never
         split across blocks) the blocks its uniform packing really used."""
         q = self.row_block
         if q <= 1:
