@@ -46,6 +46,9 @@ class BenchRow:
     mean_acceptance_length: float | None = None
     acceptance_per_position: list[float] | None = None
     tokens_per_computed_position: float | None = None
+    # prompt tokens of the requests admitted in the timed window: sustained runs of different configurations
+    # may admit different prompts (ShareGPT lengths vary 10x), and their prefill is part of the time
+    prompt_tokens: int | None = None
     ttft_p50_ms: float | None = None
     itl_p50_ms: float | None = None
     itl_p99_ms: float | None = None
@@ -72,12 +75,14 @@ def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     todo = list(prompts)
     active: set[str] = set()
-    out_tokens, served = 0, 0
+    out_tokens, served, prompt_tokens = 0, 0, 0
     t0 = time.perf_counter()
     while (todo or active) and (stop_after_tokens is None or out_tokens < stop_after_tokens):
         while todo and len(active) < concurrency:
-            active.add(engine.add_request(todo.pop(0), sp))
+            prompt = todo.pop(0)
+            active.add(engine.add_request(prompt, sp))
             served += 1
+            prompt_tokens += len(prompt)
             if stop_after_tokens is not None and not todo:
                 todo = list(prompts)
         for o in engine.step():
@@ -91,6 +96,7 @@ def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_
     s, lat = engine.spec_stats, engine.latency.to_dict()
     spec = engine.proposer is not None
     return dict(output_tokens=out_tokens, seconds=dt, output_tokens_per_s=out_tokens / dt, num_requests=served,
+                prompt_tokens=prompt_tokens,
                 mean_acceptance_length=round(s.mean_acceptance_length, 4) if spec else None,
                 acceptance_per_position=[round(x, 4) for x in s.acceptance_per_position] if spec else None,
                 tokens_per_computed_position=round(s.tokens_per_computed_position, 4),

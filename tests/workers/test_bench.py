@@ -21,6 +21,7 @@ def test_sustained_run_stops_with_every_slot_busy_and_leaves_the_engine_clean(ti
     # refilled at once (3 more prefills), and the run stops at the first step with >= 36 tokens out
     r = run_ours(engine, PROMPTS, 3, 8, stop_after_tokens=36)
     assert r["output_tokens"] == 36 and r["num_requests"] == 6
+    assert r["prompt_tokens"] == sum(map(len, PROMPTS))  # the prefill work the window paid for
     assert not engine.has_unfinished() and not engine.requests
     assert engine.runner.pool.num_used == 0  # the aborted requests' KV blocks are back
     # the prompt list is cycled rather than running dry

@@ -1,0 +1,73 @@
+"""What a sustained window charges each configuration: at one concurrency on ShareGPT, no speculation, fixed
+n-gram k=2 and adaptive, with every request at the grid's fixed 48 tokens and with varied lengths (uniform
+16..80, the same draw for every configuration), in rounds; per run the tokens/s, the requests admitted in the
+window and their prompt tokens (whose prefill the window timed).
+
+    python benchmarks/sustained_window.py --concurrency 32 --rounds 2      # ~7 min
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+from workers.bench import _spec, _warmed, sustained_plan, workload_prompts
+from workers.config import EngineConfig, SamplingParams
+from workers.engine import LLMEngine
+
+MODES = ("off", "ngram:2", "ngram:7:adaptive")
+MEAN_TOKENS = 48
+
+
+def closed_loop(e: LLMEngine, prompts: list[list[int]], lengths: list[int], c: int, stop: int) -> dict:
+    """Sustained closed loop (as workers/bench.py) where request i generates lengths[i] tokens."""
+    e.runner.pool.reset_prefix_cache()
+    todo, active = list(zip(prompts, lengths)), set()
+    out = admitted = prompt_tokens = 0
+    t0 = time.perf_counter()
+    while out < stop:
+        while todo and len(active) < c:
+            p, n = todo.pop(0)
+            admitted, prompt_tokens = admitted + 1, prompt_tokens + len(p)
+            active.add(e.add_request(p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)))
+        for o in e.step():
+            out += len(o.new_token_ids)
+            if o.finished:
+                active.discard(o.req_id)
+    dt = time.perf_counter() - t0
+    for r in active:
+        e.abort(r)
+    e.step()
+    return {"tokens_per_s": round(out / dt, 2), "admitted": admitted, "prompt_tokens": prompt_tokens}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default="benchmarks/results/sustained_window_cpu.json")
+    args = ap.parse_args()
+    c = args.concurrency
+    engines = {m: _warmed(LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(m, 7))), MEAN_TOKENS, 0)
+               for m in MODES}
+    count, stop = sustained_plan(c, c, MEAN_TOKENS)
+    prompts = [engines["off"].encode_prompt(t, chat=True) for t in workload_prompts("sharegpt", count, 0)]
+    rng = random.Random(0)
+    varied = [rng.randint(16, 80) for _ in prompts]
+    runs = []
+    for rnd in range(args.rounds):
+        for name, lengths in (("fixed", [MEAN_TOKENS] * len(prompts)), ("varied", varied)):
+            res = {m: closed_loop(e, prompts, lengths, c, stop) for m, e in engines.items()}
+            off = res["off"]["tokens_per_s"]
+            for m, r in res.items():
+                r["vs_off"] = round(r["tokens_per_s"] / off, 4)
+            runs.append({"round": rnd, "lengths": name, "results": res})
+            print(name, json.dumps(res), flush=True)
+    Path(args.out).write_text(json.dumps({"concurrency": c, "workload": "sharegpt", "stop_tokens": stop,
+                                          "runs": runs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
