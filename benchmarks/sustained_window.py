@@ -3,44 +3,21 @@ n-gram k=2 and adaptive, with every request at the grid's fixed 48 tokens and wi
 16..80, the same draw for every configuration), in rounds; per run the tokens/s, the requests admitted in the
 window and their prompt tokens (whose prefill the window timed).
 
-    python benchmarks/sustained_window.py --concurrency 32 --rounds 2      # ~7 min
+    python benchmarks/sustained_window.py --concurrency 32 --rounds 2      # ~6 min
 """
 from __future__ import annotations
 
 import argparse
 import json
 import random
-import time
 from pathlib import Path
 
-from workers.bench import _spec, _warmed, sustained_plan, workload_prompts
-from workers.config import EngineConfig, SamplingParams
+from workers.bench import _spec, _warmed, run_ours, sustained_plan, workload_prompts
+from workers.config import EngineConfig
 from workers.engine import LLMEngine
 
 MODES = ("off", "ngram:2", "ngram:7:adaptive")
 MEAN_TOKENS = 48
-
-
-def closed_loop(e: LLMEngine, prompts: list[list[int]], lengths: list[int], c: int, stop: int) -> dict:
-    """Sustained closed loop (as workers/bench.py) where request i generates lengths[i] tokens."""
-    e.runner.pool.reset_prefix_cache()
-    todo, active = list(zip(prompts, lengths)), set()
-    out = admitted = prompt_tokens = 0
-    t0 = time.perf_counter()
-    while out < stop:
-        while todo and len(active) < c:
-            p, n = todo.pop(0)
-            admitted, prompt_tokens = admitted + 1, prompt_tokens + len(p)
-            active.add(e.add_request(p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)))
-        for o in e.step():
-            out += len(o.new_token_ids)
-            if o.finished:
-                active.discard(o.req_id)
-    dt = time.perf_counter() - t0
-    for r in active:
-        e.abort(r)
-    e.step()
-    return {"tokens_per_s": round(out / dt, 2), "admitted": admitted, "prompt_tokens": prompt_tokens}
 
 
 def main() -> None:
@@ -59,7 +36,11 @@ def main() -> None:
     runs = []
     for rnd in range(args.rounds):
         for name, lengths in (("fixed", [MEAN_TOKENS] * len(prompts)), ("varied", varied)):
-            res = {m: closed_loop(e, prompts, lengths, c, stop) for m, e in engines.items()}
+            res = {}
+            for m, e in engines.items():
+                r = run_ours(e, prompts, c, lengths, stop)
+                res[m] = {"tokens_per_s": round(r["output_tokens_per_s"], 2), "admitted": r["num_requests"],
+                          "prompt_tokens": r["prompt_tokens"]}
             off = res["off"]["tokens_per_s"]
             for m, r in res.items():
                 r["vs_off"] = round(r["tokens_per_s"] / off, 4)

@@ -66,25 +66,27 @@ def sustained_plan(concurrency: int, requests: int, max_tokens: int) -> tuple[in
     return requests + 2 * concurrency, requests * max_tokens + concurrency * max_tokens // 2
 
 
-def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_tokens: int,
+def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_tokens: int | list[int],
              stop_after_tokens: int | None = None) -> dict:
-    """Closed loop over `prompts`; with `stop_after_tokens`, the prompts are cycled and the run stops (in-flight
-    requests aborted) at the first step by which that many tokens were emitted."""
+    """Closed loop over `prompts` (`max_tokens`: for every request, or one per prompt); with `stop_after_tokens`,
+    the prompts are cycled and the run stops (in-flight requests aborted) at the first step by which that many
+    tokens were emitted."""
     engine.spec_stats, engine.latency = SpecStats(), LatencyStats()
     engine.runner.pool.reset_prefix_cache()
-    sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    todo = list(prompts)
+    lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
+    supply = [(p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)) for p, n in zip(prompts, lengths)]
+    todo = list(supply)
     active: set[str] = set()
     out_tokens, served, prompt_tokens = 0, 0, 0
     t0 = time.perf_counter()
     while (todo or active) and (stop_after_tokens is None or out_tokens < stop_after_tokens):
         while todo and len(active) < concurrency:
-            prompt = todo.pop(0)
+            prompt, sp = todo.pop(0)
             active.add(engine.add_request(prompt, sp))
             served += 1
             prompt_tokens += len(prompt)
             if stop_after_tokens is not None and not todo:
-                todo = list(prompts)
+                todo = list(supply)
         for o in engine.step():
             out_tokens += len(o.new_token_ids)
             if o.finished:

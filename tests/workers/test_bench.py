@@ -27,3 +27,8 @@ def test_sustained_run_stops_with_every_slot_busy_and_leaves_the_engine_clean(ti
     # the prompt list is cycled rather than running dry
     r = run_ours(engine, PROMPTS[:2], 2, 4, stop_after_tokens=24)
     assert r["output_tokens"] == 24 and r["num_requests"] == 6
+
+
+def test_each_prompt_may_have_its_own_length(tiny_target):
+    r = run_ours(_engine(tiny_target), PROMPTS[:3], 2, [2, 5, 3])
+    assert r["output_tokens"] == 10 and r["num_requests"] == 3 and r["prompt_tokens"] == 9
