@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 from pathlib import Path
 
-from workers.bench import _spec, _warmed, run_ours, sustained_plan, workload_prompts
+from workers.bench import _spec, _warmed, run_ours, sustained_plan, varied_lengths, workload_prompts
 from workers.config import EngineConfig
 from workers.engine import LLMEngine
 
@@ -31,8 +30,7 @@ def main() -> None:
                for m in MODES}
     count, stop = sustained_plan(c, c, MEAN_TOKENS)
     prompts = [engines["off"].encode_prompt(t, chat=True) for t in workload_prompts("sharegpt", count, 0)]
-    rng = random.Random(0)
-    varied = [rng.randint(16, 80) for _ in prompts]
+    varied = varied_lengths(len(prompts), MEAN_TOKENS, 0)  # the grid's draw
     runs = []
     for rnd in range(args.rounds):
         for name, lengths in (("fixed", [MEAN_TOKENS] * len(prompts)), ("varied", varied)):

@@ -1,5 +1,5 @@
 """The closed-loop benchmark, drained and sustained, on a real (tiny) engine."""
-from workers.bench import run_ours
+from workers.bench import run_ours, sustained_plan, varied_lengths
 from workers.config import EngineConfig
 from workers.engine import LLMEngine
 
@@ -32,3 +32,12 @@ def test_sustained_run_stops_with_every_slot_busy_and_leaves_the_engine_clean(ti
 def test_each_prompt_may_have_its_own_length(tiny_target):
     r = run_ours(_engine(tiny_target), PROMPTS[:3], 2, [2, 5, 3])
     assert r["output_tokens"] == 10 and r["num_requests"] == 3 and r["prompt_tokens"] == 9
+
+
+def test_sustained_lengths_vary_around_the_mean_and_the_supply_covers_the_shortest():
+    lengths = varied_lengths(2000, 48, seed=3)
+    assert lengths == varied_lengths(2000, 48, seed=3)  # every configuration gets the same draw
+    assert min(lengths) == 16 and max(lengths) == 80 and abs(sum(lengths) / 2000 - 48) < 1.5
+    count, stop = sustained_plan(32, 32, 48)
+    assert stop == 32 * 48 + 16 * 48
+    assert count >= stop // 16 + 32  # every request at the shortest length: still no prompt repeats
