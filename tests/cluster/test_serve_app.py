@@ -6,7 +6,6 @@ import pytest
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-
 @pytest.fixture(scope="module")
 def serve_app(tiny_full_vocab, free_port, ray_serve_cluster):
     from ray import serve
@@ -19,6 +18,17 @@ def serve_app(tiny_full_vocab, free_port, ray_serve_cluster):
                 "engine": {"model": str(tiny_full_vocab), "spec": {"method": "ngram", "k": 4}}}
         serve.run(build_app(args), name="specfleet", route_prefix="/")
         yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def served(serve_app):
+    """Some traffic through both replicas, so the counters the metrics tests read do not depend on which tests
+    ran before them (`-k metrics` alone)."""
+    client = openai.OpenAI(base_url=serve_app + "/v1", api_key="none", max_retries=0)
+    for i in range(6):
+        client.completions.create(model="tiny", prompt=f"request {i} request {i}", max_tokens=8, temperature=0,
+                                  extra_body={"ignore_eos": True})
+    return serve_app
 
 
 def test_openai_client_through_the_cluster(serve_app):
@@ -36,7 +46,7 @@ def test_openai_client_through_the_cluster(serve_app):
         client.completions.create(model="tiny", prompt="x", max_tokens=4, temperature=-2)
 
 
-def test_replica_stats_and_metrics(serve_app):
+def test_replica_stats_and_metrics(served):
     from ray import serve
 
     from cluster.metrics import ReplicaMetrics
@@ -50,10 +60,10 @@ def test_replica_stats_and_metrics(serve_app):
     assert m.gpu.handles == []
 
 
-def test_ingress_metrics_sum_the_replicas(serve_app):
+def test_ingress_metrics_sum_the_replicas(served):
     import httpx
 
-    lines = dict(ln.rsplit(" ", 1) for ln in httpx.get(serve_app + "/metrics", timeout=30).text.splitlines()
+    lines = dict(ln.rsplit(" ", 1) for ln in httpx.get(served + "/metrics", timeout=30).text.splitlines()
                  if ln and not ln.startswith("#"))
     assert float(lines["specfleet:kv_cache_usage_perc"]) == 0.0  # idle: every request's blocks are back
     assert float(lines["specfleet:replicas_unreachable"]) == 0.0
