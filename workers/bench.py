@@ -8,7 +8,8 @@ a smaller batch later. With one request per slot that is most of the run, and it
 (n-gram, ShareGPT, c=4: adaptive / max(no speculation, k=2) 0.95-0.97 drained with 2 requests per slot, 1.005
 with 8).
 Sustained (`sustained=True`): every slot is refilled from a supply of distinct prompts, and the clock stops
-once (P + 1/2) x c x max_tokens tokens are out, with c slots still busy. Output lengths vary (uniform over
+once (P + 1/2) x c x max_tokens tokens are out, with c slots still busy (the half wave keeps a stop off the
+refill bursts of fixed lengths). Output lengths vary (uniform over
 [max_tokens/3, 5 max_tokens/3], one seeded draw per prompt, the same for every configuration), as a served
 load's do: with one fixed length every request without speculation ends in the same step, so its refills come
 in bursts of c prefills, and the number of prompts a token-count window admits depends on where a burst
