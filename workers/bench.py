@@ -10,11 +10,12 @@ with 8).
 Sustained (`sustained=True`): every slot is refilled from a supply of distinct prompts, and the clock stops
 once (P + 1/2) x c x max_tokens tokens are out, with c slots still busy (the half wave keeps a stop off the
 refill bursts of fixed lengths). Output lengths vary (uniform over [max_tokens/3, 5 max_tokens/3], one seeded
-draw per prompt, the same for every configuration), as a served load's do: with one fixed length every
-request without speculation ends in the same step, so its refills come in bursts of c prefills, and the
-number of prompts a token-count window admits depends on where a burst falls. Speculative configurations
-spread their ends and admitted +19-24% more prompt tokens than no speculation in the same window (n-gram, ShareGPT, c=32); with varied lengths the difference fell to 4-7%
-(`benchmarks/sustained_window.py`). Each row records the prompt tokens its window admitted.
+draw per prompt, the same for every configuration), as a served load's do: with one fixed length every request
+without speculation ends in the same step, so its refills come in bursts of c prefills, and the number of
+prompts a token-count window admits depends on where a burst falls. Speculative configurations spread their
+ends and admitted +19-24% more prompt tokens than no speculation in the same window (n-gram, ShareGPT, c=32);
+with varied lengths the difference fell to 4-7% (`benchmarks/sustained_window.py`). Each row records the
+prompt tokens its window admitted.
 HF `generate` has no continuous batching: it runs static batches of `concurrency` prompts (left-padded);
 its prompt lookup (assisted generation) only supports batch size 1, so it runs one request at a time.
 """
