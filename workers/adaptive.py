@@ -26,18 +26,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PROFILE_CONTEXT = 256  # context length of the warm-up steps
-# Every this many steps one request planned at depth 0 drafts one position anyway (a probe): estimates come
-# from the draft's own features, so a request planned at depth 0 never gets new ones and stayed undrafted for
-# good (measured: the trained draft on repetitive prompts at c=1 drafted 0 of 188 steps, 18.9 tok/s vs 21-22
-# for fixed k=2). The probe takes the request whose draft has the least to catch up on: probing every request
+# One request planned at depth 0 drafts one position anyway now and then (a probe): estimates come from the
+# draft's own features, so a request planned at depth 0 never gets new ones and stayed undrafted for good
+# (measured: the trained draft on repetitive prompts at c=1 drafted 0 of 188 steps, 18.9 tok/s vs 21-22 for
+# fixed k=2). The probe takes the request whose draft has the least to catch up on: probing every request
 # made each draft feed every token generated since its last one, the draft's whole share of a full
-# speculation run (c=8 ShareGPT: 170-330 ms of drafting per ~100 steps for 2-6 verified positions, 1.5-3%
-# of the time), while one request's fresh estimates already move the running mean that plans the others.
-# A probe that changes nothing doubles the wait for the next (up to PROBE_MAX): where drafting does not pay,
-# probing every 8 steps was most of the drafting (c=2 ShareGPT, trained draft: 12 probes in 95 steps, 3.7 ms
-# of a 55 ms step, adaptive 0.93x of no speculation). Any plan that drafts on its own resets the wait.
+# speculation run (c=8 ShareGPT: 170-330 ms of drafting per ~100 steps for 2-6 verified positions), while one
+# request's fresh estimates already move the running mean that plans the others.
+# A probe is due after at least PROBE_EVERY plans and once its predicted cost (one draft iteration, the
+# request's catch-up rows, one more verified row) is at most `_probe_share` of the time since the last one.
+# The share halves after each probe that changes nothing, from PROBE_SHARE to PROBE_SHARE_MIN; any plan that
+# drafts on its own resets it. A wait counted in plans (8 doubling to 64) let probes cost 1-1.6% of the time
+# where no draft pays (trained draft, ShareGPT, c=1: a probe first feeds the whole prompt, ~27 ms of a 41 ms
+# step, 0.4-0.67 ms per step in all); a probe now costs at most ~0.4% of the time there.
 PROBE_EVERY = 8
-PROBE_MAX = 64
+PROBE_SHARE = 1 / 8
+PROBE_SHARE_MIN = 1 / 256
 # Every this many trims that cut a draft, the request with the most cut positions verifies its whole draft
 # (estimators that `explore`: the n-gram table). Positions rated low are otherwise never verified, so never
 # relabelled (the one label source the n-gram table lacks, having no warm-up). Not shown to matter alone: with
@@ -52,6 +56,10 @@ PLAN_SHRINK = 0.5  # weight of a request's own last estimates in its depth plan 
 # each, 126 ms for 17 each): a request's first draft feeds its whole prompt, which at c=32 ShareGPT was
 # 559 of 1,094 ms of drafting while the plan priced every draft iteration at ~14 ms.
 CATCH_UP_ROWS = 16
+# The target's observed step times refresh its cost table this many at a time (each step shape with its mean
+# time and the weight of as many single observations): one refresh rebuilds the lookup curves, 0.22 ms of a
+# 41 ms step at c=1 when done every step (~0.5%).
+OBSERVE_BATCH = 8
 
 
 class CapacityPlanner(Protocol):
@@ -73,7 +81,9 @@ class AdaptiveVerifier:
         self._last: dict[str, torch.Tensor] = {}  # req_id -> last step's acceptance estimates [K]
         self._prior = torch.ones(estimator.k)  # for requests without estimates yet: the running mean
         self._since_probe = 0  # depth plans since the last probe or the last plan that drafted
-        self._probe_wait = PROBE_EVERY
+        self._since_probe_s = 0.0  # the engine's seconds since then (observed step times)
+        self._probe_share = PROBE_SHARE  # of that time, what the next probe may cost
+        self._probe_cost_s = 0.0  # the next probe's predicted cost, as last computed
         self._rate_tokens = self._rate_seconds = 0.0  # EMAs of tokens emitted and seconds per step
         self._drafted_at: dict[str, tuple[int, int]] = {}  # req_id -> (its tokens, depth) at its last draft
         self._catch_up: dict[str, int] = {}  # req_id -> rows its next draft first feeds (this step's plan)
@@ -84,6 +94,8 @@ class AdaptiveVerifier:
         self._since_explore = 0  # trims that cut a draft since the last full-draft verification
         self.explored_positions = 0
         self._verified_last: dict[str, tuple[int, int]] = {}  # req_id -> its last (verified, accepted) drafts
+        self._step_times: dict[tuple[int, int], list[float]] = {}  # (requests, tokens) -> [seconds summed, steps]
+        self._step_times_n = 0
 
     @classmethod
     def build(cls, engine: "LLMEngine") -> "AdaptiveVerifier":
@@ -137,15 +149,17 @@ class AdaptiveVerifier:
             # changes, the same plan holds (re-checked every PROBE_EVERY plans as the cost tables refresh).
             # The plan was ~0.4 ms of a 43 ms step at c=1, where the trained draft pays nowhere.
             key = (tuple(r.req_id for r in reqs), bool(plan.prefills))
+            prefill_tokens = sum(c for _, c in plan.prefills)
             if key == self._idle_key and self._idle_plans < PROBE_EVERY:  # only a probe gets here
                 caps, self._idle_plans = torch.zeros_like(n), self._idle_plans + 1
             else:
-                prefill_tokens = sum(c for _, c in plan.prefills)
                 caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens,
                                              self._base_emitted(plan, B + prefill_tokens), self.overhead_s,
                                              self.draft_cost.lookup(B, B), self._catch_up_row_s(B) * extra)
                 self._idle_key, self._idle_plans = (None if bool(caps.any()) else key), 0
-            caps = self._maybe_probe(caps, n, extra)  # a probe's estimates reset the idle plan (`_remember`)
+            verify_row_s = (self.cost.lookup(B + len(plan.prefills), B + prefill_tokens + 1)
+                            - self.cost.lookup(B + len(plan.prefills), B + prefill_tokens))
+            caps = self._maybe_probe(caps, n, extra, verify_row_s)  # its estimates reset the idle plan (`_remember`)
         if self.capacity_planner is not None:  # shared drafter: offer only the positions this replica wants
             wanted = scores * (torch.arange(scores.shape[1])[None, :] < caps[:, None])
             caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], wanted))
@@ -155,7 +169,7 @@ class AdaptiveVerifier:
         """The idle plan (no drafts) holds for this batch, no probe is due and no one else caps the depth:
         count the plan (as `_maybe_probe` would) and say so."""
         if (self.capacity_planner is not None or self._idle_key is None or self._idle_plans >= PROBE_EVERY
-                or self._since_probe + 1 >= self._probe_wait):
+                or self._probe_due(self._since_probe + 1)):
             return False
         if self._idle_key != (tuple(r.req_id for r in reqs), bool(plan.prefills)):
             return False
@@ -164,21 +178,32 @@ class AdaptiveVerifier:
         self._catch_up, self._step_catch_up = {}, 0
         return True
 
-    def _maybe_probe(self, caps: torch.Tensor, n: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
-        """Every `_probe_wait` plans without drafting: one position for the undrafted request whose draft has
-        the least to catch up on. The wait doubles after each probe and resets when a plan drafts."""
+    def _maybe_probe(self, caps: torch.Tensor, n: torch.Tensor, extra: torch.Tensor,
+                     verify_row_s: float) -> torch.Tensor:
+        """When a probe is due (see PROBE_SHARE) and no request drafts: one position for the undrafted request
+        whose draft has the least to catch up on. The share halves after each probe; a plan that drafts
+        resets it."""
         if bool(caps.any()):
-            self._since_probe, self._probe_wait = 0, PROBE_EVERY
+            self._since_probe, self._since_probe_s, self._probe_share = 0, 0.0, PROBE_SHARE
             return caps
         self._since_probe += 1
         idle = n > 0
-        if self._since_probe < self._probe_wait or not bool(idle.any()):
+        if not bool(idle.any()):
             return caps
-        self._since_probe, self._probe_wait = 0, min(2 * self._probe_wait, PROBE_MAX)
         b = int(torch.where(idle, extra, torch.iinfo(extra.dtype).max).argmin())
+        self._probe_cost_s = (self.draft_cost.lookup(1, 1) + self._catch_up_row_s(len(n)) * int(extra[b])
+                              + max(verify_row_s, 0.0))
+        if not self._probe_due(self._since_probe):
+            return caps
+        self._since_probe, self._since_probe_s = 0, 0.0
+        self._probe_share = max(self._probe_share / 2, PROBE_SHARE_MIN)
         caps = caps.clone()
         caps[b] = 1
         return caps
+
+    def _probe_due(self, plans: int) -> bool:
+        """`plans` plans and the observed time since the last probe allow the next (as last priced)."""
+        return plans >= PROBE_EVERY and self._since_probe_s * self._probe_share >= self._probe_cost_s
 
     def _catch_up_rows(self, req) -> int:
         """Rows a draft model first feeds for `req` (it recomputes >= 1): every token since its last draft,
@@ -273,12 +298,24 @@ class AdaptiveVerifier:
         `draft_requests` requests, the first with the catch-up rows planned for them), and the host overhead."""
         if pure_decode:
             ragged_s = float(self.cost.ragged_array(requests, ragged_extra)) if ragged_extra > 0 else 0.0
-            self.cost.observe(requests, tokens, max(forward_s - ragged_s, 0.5 * forward_s))
+            self._observe_target(requests, tokens, max(forward_s - ragged_s, 0.5 * forward_s))
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
             self._observe_draft(draft_s, draft_requests, draft_depth)
         self.overhead_s += 0.1 * (max(0.0, wall_s - forward_s - draft_s) - self.overhead_s)
+        self._since_probe_s += wall_s
         self._rate_tokens += RATE_EMA * (emitted - self._rate_tokens)
         self._rate_seconds += RATE_EMA * (wall_s - self._rate_seconds)
+
+    def _observe_target(self, requests: int, tokens: int, seconds: float) -> None:
+        """Collect a pure decode step's forward time; every OBSERVE_BATCH steps refresh the table with them."""
+        acc = self._step_times.setdefault((requests, tokens), [0.0, 0])
+        acc[0] += seconds
+        acc[1] += 1
+        self._step_times_n += 1
+        if self._step_times_n >= OBSERVE_BATCH:
+            for (r, t), (total, n) in self._step_times.items():
+                self.cost.observe(r, t, total / n, count=n)
+            self._step_times, self._step_times_n = {}, 0
 
     def _observe_draft(self, draft_s: float, requests: int, depth: int) -> None:
         """Scale what this step's draft prediction read by observed / predicted: the iterations' cell, and

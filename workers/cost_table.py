@@ -155,9 +155,10 @@ class CostTable:
                                  np.array([x for _, x in cells], dtype=np.float64))
         return self._curves[key]
 
-    def observe(self, requests: int, tokens: int, seconds: float) -> None:
+    def observe(self, requests: int, tokens: int, seconds: float, count: int = 1) -> None:
         """Online refresh: scale the cells a lookup of (requests, tokens) reads by observed / predicted,
-        each by its interpolation weight. (Moving only the nearest cell towards the raw time flattened the
+        each by its interpolation weight (`seconds`: the mean of `count` steps, weighed as that many
+        single observations). (Moving only the nearest cell towards the raw time flattened the
         curve: steps with a few more tokens than a cell pulled it up, steps with fewer pulled the next one
         down, so extra verify tokens looked ever cheaper.)"""
         if not self.seconds:
@@ -175,8 +176,9 @@ class CostTable:
             w1 = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
             weights = {cells[j - 1][1]: 1.0 - w1, cells[j][1]: w1}
         ratio = seconds / max(self.lookup(requests, tokens), 1e-12)
+        ema = 1.0 - (1.0 - self.ema) ** count
         for t, w in weights.items():
-            self.seconds[(r, t)] *= 1.0 + self.ema * w * (ratio - 1.0)
+            self.seconds[(r, t)] *= 1.0 + ema * w * (ratio - 1.0)
         self._curves.clear()
 
     def to_json(self) -> str:

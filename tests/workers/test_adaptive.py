@@ -1,12 +1,15 @@
 """The draft-depth plan of adaptive verification (workers/adaptive.py), isolated with a hand-made cost table:
 stale per-request estimates are shrunk towards the running mean, one request planned at depth 0 still
-drafts one position every PROBE_EVERY steps, so estimates are refreshed, and a draft's catch-up is priced."""
+drafts one position now and then (a probe, whose cost is bounded to a share of the time), so estimates are
+refreshed, and a draft's catch-up is priced."""
+import math
 from types import SimpleNamespace
 
 import torch
 
 import workers.adaptive as adaptive_module
-from workers.adaptive import EXPLORE_EVERY, PROBE_EVERY, PROBE_MAX, AdaptiveVerifier
+from workers.adaptive import (EXPLORE_EVERY, OBSERVE_BATCH, PROBE_EVERY, PROBE_SHARE, PROBE_SHARE_MIN,
+                              AdaptiveVerifier)
 from workers.cost_table import CostTable
 from workers.estimators import LogisticEstimator, NgramEstimator
 from workers.scheduler import ScheduledStep
@@ -15,6 +18,7 @@ from workers.scheduler import ScheduledStep
 # so one drafted position pays when its acceptance is above ~0.11
 TARGET = CostTable({(1, t): 0.040 + 0.0002 * t for t in range(1, 10)})
 DRAFT = CostTable({(1, 1): 0.0045})
+STEP_S = 0.040
 
 
 def _verifier(prior: float, last: float) -> tuple[AdaptiveVerifier, SimpleNamespace]:
@@ -27,10 +31,18 @@ def _verifier(prior: float, last: float) -> tuple[AdaptiveVerifier, SimpleNamesp
     return av, req
 
 
-def _depth(av: AdaptiveVerifier, req) -> int:
+def _depth(av: AdaptiveVerifier, req, step_s: float = STEP_S) -> int:
+    """Plan one step, then let it take `step_s` (as the engine reports it; not a pure decode step, so the
+    shared TARGET table is not refreshed)."""
     plan = ScheduledStep(decodes=[(req, 7)])
     av.plan_depths(plan)
+    av.observe_step(step_s, step_s, 0.0, 1, 1, False)
     return plan.decodes[0][1]
+
+
+def _probe_gaps(av: AdaptiveVerifier, req, plans: int) -> list[int]:
+    probes = [i for i in range(plans) if _depth(av, req)]
+    return [b - a for a, b in zip([-1] + probes, probes)]
 
 
 def test_a_request_whose_last_draft_looked_bad_is_planned_from_the_running_mean_too():
@@ -39,22 +51,42 @@ def test_a_request_whose_last_draft_looked_bad_is_planned_from_the_running_mean_
 
 
 def test_a_request_planned_at_depth_zero_is_probed_ever_less_often():
-    """Probed after PROBE_EVERY plans, then after twice as many each time a probe changes nothing."""
+    """Probed after PROBE_EVERY plans, then once a probe costs at most half the share of the time the last
+    one did, until probes cost PROBE_SHARE_MIN of the time."""
     av, req = _verifier(prior=0.01, last=0.01)
-    depths = [_depth(av, req) for _ in range(200)]
-    probes = [i + 1 for i, d in enumerate(depths) if d]
-    assert probes[:4] == [PROBE_EVERY, 3 * PROBE_EVERY, 7 * PROBE_EVERY, 7 * PROBE_EVERY + PROBE_MAX]
-    assert set(depths) == {0, 1}
+    gaps = _probe_gaps(av, req, 400)
+    cost = DRAFT.lookup(1, 1) + TARGET.lookup(1, 2) - TARGET.lookup(1, 1)  # one draft iteration + one row
+    assert gaps[0] == PROBE_EVERY and gaps == sorted(gaps)
+    assert gaps[-1] == math.ceil(cost / PROBE_SHARE_MIN / STEP_S)
+    assert gaps[-2] == gaps[-1]
 
 
-def test_a_plan_that_drafts_resets_the_probe_wait():
+def test_a_probe_that_first_feeds_a_long_prompt_waits_longer():
+    """The probe's predicted cost includes its catch-up rows: a request whose draft would first feed 2,000
+    tokens is probed as rarely as keeps probes at PROBE_SHARE_MIN of the time."""
+    draft = CostTable({(1, 1): 0.0045, (1, 17): 0.0045 + 16 * 0.0002})  # 0.2 ms per catch-up row
+    est = LogisticEstimator(7, 3)
+    est.refits = est.warmup_refits
+    gaps = {}
+    for tokens in (20, 2000):
+        av = AdaptiveVerifier(TARGET, est, draft)
+        av._prior = torch.full((7,), 0.01)
+        req = SimpleNamespace(req_id="r", tokens=[1] * tokens)
+        av._last["r"] = torch.full((7,), 0.01)
+        gaps[tokens] = _probe_gaps(av, req, 20_000)[-1]
+        cost = 0.0045 + 0.0002 * (tokens - 1) + TARGET.lookup(1, 2) - TARGET.lookup(1, 1)
+        assert gaps[tokens] == math.ceil(cost / PROBE_SHARE_MIN / STEP_S)
+    assert gaps[2000] > 40 * gaps[20]
+
+
+def test_a_plan_that_drafts_resets_the_probe_share():
     av, req = _verifier(prior=0.01, last=0.01)
     for _ in range(3 * PROBE_EVERY):
         _depth(av, req)
-    assert av._probe_wait == 4 * PROBE_EVERY
+    assert av._probe_share == PROBE_SHARE / 8
     av._last["r"] = torch.full((7,), 0.9)
     av._idle_key = None  # as `_remember` does when new estimates arrive
-    assert _depth(av, req) >= 1 and av._probe_wait == PROBE_EVERY
+    assert _depth(av, req) >= 1 and av._probe_share == PROBE_SHARE and av._since_probe_s == STEP_S
 
 
 def test_confident_requests_draft_deep():
@@ -68,11 +100,12 @@ def test_a_probe_drafts_only_the_request_with_the_least_to_catch_up_on():
     av, _ = _verifier(prior=0.01, last=0.01)
     reqs = [SimpleNamespace(req_id=f"r{i}", tokens=[1] * (40 - i)) for i in range(4)]
     probed = []
-    for step in range(1, 3 * PROBE_EVERY + 1):
+    for step in range(1, 2 * PROBE_EVERY + 1):
         plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
         av.plan_depths(plan)
+        av.observe_step(STEP_S, STEP_S, 0.0, 4, 4, False)
         probed += [(step, r.req_id) for r, d in plan.decodes if d]
-    assert probed == [(PROBE_EVERY, "r3"), (3 * PROBE_EVERY, "r3")]
+    assert probed == [(PROBE_EVERY, "r3"), (2 * PROBE_EVERY, "r3")]
 
 
 def test_a_step_that_prefills_is_worth_the_engines_recent_rate():
@@ -152,9 +185,13 @@ def test_a_ragged_step_refreshes_the_uniform_cells_without_its_ragged_cost():
     table = CostTable({(4, 4): 0.040, (4, 8): 0.050}, ragged={(4, 1): 0.006, (4, 7): 0.012})
     av = AdaptiveVerifier(table, NgramEstimator(7))
     before = table.lookup(4, 7)
-    av.observe_step(0.1, before + 0.008, 0.0, 4, 7, True, ragged_extra=3)
+    for _ in range(OBSERVE_BATCH):  # the table is refreshed OBSERVE_BATCH steps at a time
+        av.observe_step(0.1, before + 0.008, 0.0, 4, 7, True, ragged_extra=3)
     assert abs(table.lookup(4, 7) - before) < 1e-9
-    av.observe_step(0.1, before + 0.008, 0.0, 4, 7, True)  # the same time from a uniform step: dearer
+    for _ in range(OBSERVE_BATCH - 1):  # the same time from a uniform step: dearer, once the batch is full
+        av.observe_step(0.1, before + 0.008, 0.0, 4, 7, True)
+    assert table.lookup(4, 7) == before
+    av.observe_step(0.1, before + 0.008, 0.0, 4, 7, True)
     assert table.lookup(4, 7) > before
 
 

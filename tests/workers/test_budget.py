@@ -58,6 +58,8 @@ def test_cost_table_interpolates_extrapolates_and_refreshes():
     t.observe(1, 5, 0.024)  # 1.714x the table: the (1, 5) cell moves 10% of the way
     assert abs(t.seconds[(1, 5)] - 0.014 * (1 + 0.1 * (0.024 / 0.014 - 1))) < 1e-9
     assert CostTable.from_json(t.to_json()).seconds == t.seconds
+    t.observe(1, 1, 0.020, count=8)  # the mean of 8 steps at 2x: as far as 8 single observations would go
+    assert abs(t.seconds[(1, 1)] - 0.010 * (1 + (1 - 0.9 ** 8) * (0.020 / 0.010 - 1))) < 1e-9
 
 
 def test_refresh_keeps_the_slope_when_steps_fall_between_cells():
