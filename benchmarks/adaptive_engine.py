@@ -1,8 +1,10 @@
 """Adaptive verification on the real engine: SmolLM2-135M with the trained draft and with n-gram, ShareGPT and
 repetitive prompts, concurrency 1..32: no speculation, fixed k in {2, 4, 7}, adaptive (k <= 7). One run,
 configurations interleaved per concurrency, `--repeat` times (medians). Writes JSON and two PNGs.
-Sustained rates (every slot refilled, no drain; see workers/bench.py) unless `--drained`.
-Usage: python benchmarks/adaptive_engine.py [--repeat 2] [--max-tokens 64] [--drained]
+Sustained rates (every slot refilled, no drain; see workers/bench.py) unless `--drained`, over max(c,
+`--min-requests`) requests per point: with 4 (before 2026-12-01), whether a window admitted one prompt more
+or less moved a small-c point by several percent (docs/performance.md).
+Usage: python benchmarks/adaptive_engine.py [--repeat 2] [--max-tokens 64] [--min-requests 8] [--drained]
 """
 from __future__ import annotations
 
@@ -115,6 +117,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--concurrency", default="1,2,4,8,16,32")
     ap.add_argument("--drained", action="store_true", help="run every prompt to its end (times the drain)")
+    ap.add_argument("--min-requests", type=int, default=8, help="requests per point at least (c when larger)")
     ap.add_argument("--out", default="benchmarks/results/adaptive_engine_cpu.json")
     ap.add_argument("--tables", metavar="JSON", help="only print the markdown tables of an earlier run")
     args = ap.parse_args()
@@ -123,11 +126,11 @@ def main() -> None:
         return
     rows = run_bench(["sharegpt", "repetitive"], [int(c) for c in args.concurrency.split(",")], MODES, 7,
                      args.max_tokens, [], 1, 0, "auto", None, repeat=args.repeat, kv_cache_memory_gb=0.5,
-                     sustained=not args.drained)
+                     sustained=not args.drained, min_requests=args.min_requests)
     data = [r.__dict__ for r in rows]
     summary = summarise(data)
     Path(args.out).write_text(json.dumps({"modes": MODES, "repeat": args.repeat, "max_tokens": args.max_tokens,
-                                          "sustained": not args.drained,
+                                          "sustained": not args.drained, "min_requests": args.min_requests,
                                           "summary": summary, "rows": data}, indent=1))
     plot(data, Path("docs/adaptive_engine_throughput.png"), Path("docs/acceptance_per_position.png"))
     for s in summary:

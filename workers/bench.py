@@ -147,13 +147,15 @@ def _spec(mode: str, default_k: int) -> SpecConfig:
 
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None,
-              repeat: int = 1, kv_cache_memory_gb: float = 1.0, sustained: bool = False) -> list[BenchRow]:
-    """Every configuration `repeat` times (drained or sustained: see the module doc). The repeats of one
-    (workload, concurrency) point run back to back, each cycling through all configurations, so a slow period
-    of this noisy machine hits every configuration of the point alike; each row reports the median tokens/s
-    and keeps every sample."""
+              repeat: int = 1, kv_cache_memory_gb: float = 1.0, sustained: bool = False,
+              min_requests: int = 4) -> list[BenchRow]:
+    """Every configuration `repeat` times (drained or sustained: see the module doc) over
+    max(`prompts_per_slot` x c, `min_requests`) requests per point. The repeats of one (workload, concurrency)
+    point run back to back, each cycling through all configurations, so a slow period of this noisy machine
+    hits every configuration of the point alike; each row reports the median tokens/s and keeps every
+    sample."""
     runs = _run_plan(workloads, concurrencies, modes, k, max_tokens, peers, prompts_per_slot, seed, dtype, repeat,
-                     kv_cache_memory_gb, sustained)
+                     kv_cache_memory_gb, sustained, min_requests)
     rows = []
     for group in zip(*runs):
         samples = [g.output_tokens_per_s for g in group]
@@ -182,7 +184,7 @@ _HF: dict[str, object] = {}
 
 def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, repeat: int,
-              kv_cache_memory_gb: float = 1.0, sustained: bool = False) -> list[list[BenchRow]]:
+              kv_cache_memory_gb: float = 1.0, sustained: bool = False, min_requests: int = 4) -> list[list[BenchRow]]:
     from transformers import AutoModelForCausalLM
 
     engines = {m: _ENGINES.get((m, k, dtype)) or _ENGINES.setdefault(
@@ -204,7 +206,7 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
     total = len(plan) * (len(modes) + len(peers)) * repeat
     with tqdm(total=total, desc="bench", unit="config") as bar:
         for w, c in plan:
-            n = max(prompts_per_slot * c, 4)
+            n = max(prompts_per_slot * c, min_requests)
             count, stop = sustained_plan(c, n, max_tokens) if sustained else (n, None)
             prompts = [any_engine.encode_prompt(t, chat=True) for t in workload_prompts(w, count, seed)]
             lengths = varied_lengths(count, max_tokens, seed) if sustained else max_tokens
