@@ -157,9 +157,8 @@ class AdaptiveVerifier:
                                              self._base_emitted(plan, B + prefill_tokens), self.overhead_s,
                                              self.draft_cost.lookup(B, B), self._catch_up_row_s(B) * extra)
                 self._idle_key, self._idle_plans = (None if bool(caps.any()) else key), 0
-            verify_row_s = (self.cost.lookup(B + len(plan.prefills), B + prefill_tokens + 1)
-                            - self.cost.lookup(B + len(plan.prefills), B + prefill_tokens))
-            caps = self._maybe_probe(caps, n, extra, verify_row_s)  # its estimates reset the idle plan (`_remember`)
+            # a probe's estimates reset the idle plan (`_remember`)
+            caps = self._maybe_probe(caps, n, extra, (B + len(plan.prefills), B + prefill_tokens))
         if self.capacity_planner is not None:  # shared drafter: offer only the positions this replica wants
             wanted = scores * (torch.arange(scores.shape[1])[None, :] < caps[:, None])
             caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], wanted))
@@ -179,10 +178,10 @@ class AdaptiveVerifier:
         return True
 
     def _maybe_probe(self, caps: torch.Tensor, n: torch.Tensor, extra: torch.Tensor,
-                     verify_row_s: float) -> torch.Tensor:
+                     step: tuple[int, int]) -> torch.Tensor:
         """When a probe is due (see PROBE_SHARE) and no request drafts: one position for the undrafted request
-        whose draft has the least to catch up on. The share halves after each probe; a plan that drafts
-        resets it."""
+        whose draft has the least to catch up on (`step`: the step's sequences and tokens without drafts).
+        The share halves after each probe; a plan that drafts resets it."""
         if bool(caps.any()):
             self._since_probe, self._since_probe_s, self._probe_share = 0, 0.0, PROBE_SHARE
             return caps
@@ -191,8 +190,8 @@ class AdaptiveVerifier:
         if not bool(idle.any()):
             return caps
         b = int(torch.where(idle, extra, torch.iinfo(extra.dtype).max).argmin())
-        self._probe_cost_s = (self.draft_cost.lookup(1, 1) + self._catch_up_row_s(len(n)) * int(extra[b])
-                              + max(verify_row_s, 0.0))
+        verify_row_s = max(self.cost.lookup(step[0], step[1] + 1) - self.cost.lookup(*step), 0.0)
+        self._probe_cost_s = self.draft_cost.lookup(1, 1) + self._catch_up_row_s(len(n)) * int(extra[b]) + verify_row_s
         if not self._probe_due(self._since_probe):
             return caps
         self._since_probe, self._since_probe_s = 0, 0.0
