@@ -2,8 +2,9 @@
 repetitive prompts, concurrency 1..32: no speculation, fixed k in {2, 4, 7}, adaptive (k <= 7). One run,
 configurations interleaved per concurrency, `--repeat` times (medians). Writes JSON and two PNGs.
 Sustained rates (every slot refilled, no drain; see workers/bench.py) unless `--drained`, over max(c,
-`--min-requests`) requests per point: with 4 (before 2026-12-01), whether a window admitted one prompt more
-or less moved a small-c point by several percent (docs/performance.md).
+`--min-requests`) requests per point. Every configuration of a point admits the same prompts (the window
+closes at an admission count); with a token-count window (before 2026-12-01), whether a window admitted one
+prompt more or less moved a small-c point by several percent (docs/performance.md).
 Usage: python benchmarks/adaptive_engine.py [--repeat 2] [--max-tokens 64] [--min-requests 8] [--drained]
 """
 from __future__ import annotations

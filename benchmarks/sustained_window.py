@@ -1,7 +1,8 @@
 """What a sustained window charges each configuration: at one concurrency on ShareGPT, no speculation, fixed
 n-gram k=2 and adaptive, with every request at the grid's fixed 48 tokens and with varied lengths (uniform
 16..80, the same draw for every configuration), in rounds; per run the tokens/s, the requests admitted in the
-window and their prompt tokens (whose prefill the window timed).
+window and their prompt tokens (whose prefill the window timed). It measures the token-count window the
+grid stopped at until 2026-12-01 (the grid now stops at an admission count: workers/bench.py).
 
     python benchmarks/sustained_window.py --concurrency 32 --rounds 2      # ~6 min
 """
@@ -11,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from workers.bench import _spec, _warmed, run_ours, sustained_plan, varied_lengths, workload_prompts
+from workers.bench import _spec, _warmed, run_ours, varied_lengths, workload_prompts
 from workers.config import EngineConfig
 from workers.engine import LLMEngine
 
@@ -28,7 +29,9 @@ def main() -> None:
     c = args.concurrency
     engines = {m: _warmed(LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(m, 7))), MEAN_TOKENS, 0)
                for m in MODES}
-    count, stop = sustained_plan(c, c, MEAN_TOKENS)
+    # the token-count window this study measured (the grid has since stopped at an admission count instead):
+    # c requests' worth plus half a wave, from a supply that no request at a third of the mean exhausts
+    count, stop = 6 * c, c * MEAN_TOKENS + c * MEAN_TOKENS // 2
     prompts = [engines["off"].encode_prompt(t, chat=True) for t in workload_prompts("sharegpt", count, 0)]
     varied = varied_lengths(len(prompts), MEAN_TOKENS, 0)  # the grid's draw
     runs = []

@@ -7,15 +7,15 @@ times the drain, where the load falls from `concurrency` to 1 and a token that e
 a smaller batch later. With one request per slot that is most of the run, and it counts against speculation
 (n-gram, ShareGPT, c=4: adaptive / max(no speculation, k=2) 0.95-0.97 drained with 2 requests per slot, 1.005
 with 8).
-Sustained (`sustained=True`): every slot is refilled from a supply of distinct prompts, and the clock stops
-once (P + 1/2) x c x max_tokens tokens are out, with c slots still busy (the half wave keeps a stop off the
-refill bursts of fixed lengths). Output lengths vary (uniform over [max_tokens/3, 5 max_tokens/3], one seeded
-draw per prompt, the same for every configuration), as a served load's do: with one fixed length every request
-without speculation ends in the same step, so its refills come in bursts of c prefills, and the number of
-prompts a token-count window admits depends on where a burst falls. Speculative configurations spread their
-ends and admitted +19-24% more prompt tokens than no speculation in the same window (n-gram, ShareGPT, c=32);
-with varied lengths the difference fell to 4-7% (`benchmarks/sustained_window.py`). Each row records the
-prompt tokens its window admitted.
+Sustained (`sustained=True`): every slot is refilled from a supply of distinct prompts, and the clock stops at
+the first step after which all N = requests + c - 1 prompts are in and a slot is free (the (N+1)-th would
+enter): about `requests` have finished and c - 1 are still busy. Every configuration thus prefills the same N
+prompts. Output lengths vary (uniform over [max_tokens/3, 5 max_tokens/3], one seeded draw per prompt, the
+same for every configuration), as a served load's do. The window used to stop at a token count instead; then
+faster configurations admitted more prompts, and ShareGPT prompt lengths vary 10x: with one fixed output
+length, speculative configurations admitted +19-24% more prompt tokens than no speculation in the same window
+(n-gram, ShareGPT, c=32), 4-7% with varied lengths (`benchmarks/sustained_window.py`), and at c <= 4 one
+prompt more or less moved a point by several percent. Each row records the prompt tokens its window admitted.
 HF `generate` has no continuous batching: it runs static batches of `concurrency` prompts (left-padded);
 its prompt lookup (assisted generation) only supports batch size 1, so it runs one request at a time.
 """
@@ -66,12 +66,9 @@ def workload_prompts(name: str, n: int, seed: int) -> list[str]:
     return {"sharegpt": sharegpt_prompts, "repetitive": repetitive_prompts}[name](n, seed=seed)
 
 
-def sustained_plan(concurrency: int, requests: int, max_tokens: int) -> tuple[int, int]:
-    """(distinct prompts to hand out, tokens to stop at) for a sustained run of `requests` per point at a mean
-    output length of `max_tokens`: with lengths down to a third of the mean, at most 3 x (requests + c/2)
-    finish before the stop and c more are in flight, so no prompt repeats (a repeat would hit the prefix
-    cache)."""
-    return 3 * requests + 3 * concurrency, requests * max_tokens + concurrency * max_tokens // 2
+def sustained_plan(concurrency: int, requests: int) -> int:
+    """Prompts a sustained run admits (`run_ours(admit=)`) so that about `requests` finish in its window."""
+    return requests + concurrency - 1
 
 
 def varied_lengths(count: int, mean: int, seed: int) -> list[int]:
@@ -81,19 +78,24 @@ def varied_lengths(count: int, mean: int, seed: int) -> list[int]:
 
 
 def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_tokens: int | list[int],
-             stop_after_tokens: int | None = None) -> dict:
-    """Closed loop over `prompts` (`max_tokens`: for every request, or one per prompt); with `stop_after_tokens`,
-    the prompts are cycled and the run stops (in-flight requests aborted) at the first step by which that many
-    tokens were emitted."""
+             stop_after_tokens: int | None = None, admit: int | None = None) -> dict:
+    """Closed loop over `prompts` (`max_tokens`: for every request, or one per prompt). With `admit`, the first
+    `admit` prompts are served and the run stops (in-flight requests aborted) at the first step after which
+    they are all in and a slot is free. With `stop_after_tokens`, the prompts are cycled and the run stops at
+    the first step by which that many tokens were emitted."""
+    if admit is not None and not 0 < admit <= len(prompts):
+        raise ValueError(f"admit={admit} needs 1..{len(prompts)} prompts")
     engine.spec_stats, engine.latency = SpecStats(), LatencyStats()
     engine.runner.pool.reset_prefix_cache()
     lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
     supply = [(p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)) for p, n in zip(prompts, lengths)]
-    todo = list(supply)
+    todo = list(supply[:admit])
     active: set[str] = set()
     out_tokens, served, prompt_tokens = 0, 0, 0
     t0 = time.perf_counter()
     while (todo or active) and (stop_after_tokens is None or out_tokens < stop_after_tokens):
+        if admit is not None and served == admit and len(active) < concurrency:
+            break
         while todo and len(active) < concurrency:
             prompt, sp = todo.pop(0)
             active.add(engine.add_request(prompt, sp))
@@ -207,14 +209,14 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
     with tqdm(total=total, desc="bench", unit="config") as bar:
         for w, c in plan:
             n = max(prompts_per_slot * c, min_requests)
-            count, stop = sustained_plan(c, n, max_tokens) if sustained else (n, None)
+            count = sustained_plan(c, n) if sustained else n
             prompts = [any_engine.encode_prompt(t, chat=True) for t in workload_prompts(w, count, seed)]
             lengths = varied_lengths(count, max_tokens, seed) if sustained else max_tokens
             for rep in range(repeat):
                 rows = runs[rep]
                 for m, eng in engines.items():
                     run_ours(eng, prompts[:2], 2, 4)  # warm-up
-                    r = run_ours(eng, prompts, c, lengths, stop)
+                    r = run_ours(eng, prompts, c, lengths, admit=count if sustained else None)
                     spec = eng.config.spec
                     mode = spec.method + (f"-{spec.verify}" if spec.method != "off" and spec.verify != "fixed" else "")
                     rows.append(BenchRow("specfleet", mode, eng.k, None, w, c, **r))

@@ -1,4 +1,6 @@
 """The closed-loop benchmark, drained and sustained, on a real (tiny) engine."""
+import pytest
+
 from workers.bench import run_ours, sustained_plan, varied_lengths
 from workers.config import EngineConfig
 from workers.engine import LLMEngine
@@ -15,7 +17,7 @@ def test_drained_run_serves_every_prompt_to_its_end(tiny_target):
     assert r["output_tokens"] == 32 and r["num_requests"] == 4
 
 
-def test_sustained_run_stops_with_every_slot_busy_and_leaves_the_engine_clean(tiny_target):
+def test_token_window_stops_with_every_slot_busy_and_leaves_the_engine_clean(tiny_target):
     engine = _engine(tiny_target)
     # 3 slots of 8 tokens: a prefill step emits 3, then 3 per step; the first wave ends at 24 tokens and is
     # refilled at once (3 more prefills), and the run stops at the first step with >= 36 tokens out
@@ -29,15 +31,26 @@ def test_sustained_run_stops_with_every_slot_busy_and_leaves_the_engine_clean(ti
     assert r["output_tokens"] == 24 and r["num_requests"] == 6
 
 
+def test_admission_window_serves_the_same_prompts_and_stops_when_one_more_would_enter(tiny_target):
+    engine = _engine(tiny_target)
+    # 3 slots, one token per request per step; the first prompt ends at step 4 and the 4th enters in its place
+    # (step 5); the 2nd and 3rd end at step 8, when the 4th has 4 tokens: all 4 are in and a slot is free
+    r = run_ours(engine, PROMPTS, 3, [4, 8, 8, 8, 8, 8], admit=4)
+    assert r["num_requests"] == 4 and r["prompt_tokens"] == sum(map(len, PROMPTS[:4]))
+    assert r["output_tokens"] == 4 + 8 + 8 + 4
+    assert not engine.has_unfinished() and engine.runner.pool.num_used == 0  # the 4th was aborted
+    assert run_ours(engine, PROMPTS[:1], 1, 5, admit=1)["output_tokens"] == 5  # c=1: the request's own end
+    with pytest.raises(ValueError, match="admit"):
+        run_ours(engine, PROMPTS[:2], 2, 4, admit=3)
+
+
 def test_each_prompt_may_have_its_own_length(tiny_target):
     r = run_ours(_engine(tiny_target), PROMPTS[:3], 2, [2, 5, 3])
     assert r["output_tokens"] == 10 and r["num_requests"] == 3 and r["prompt_tokens"] == 9
 
 
-def test_sustained_lengths_vary_around_the_mean_and_the_supply_covers_the_shortest():
+def test_sustained_lengths_vary_around_the_mean():
     lengths = varied_lengths(2000, 48, seed=3)
     assert lengths == varied_lengths(2000, 48, seed=3)  # every configuration gets the same draw
     assert min(lengths) == 16 and max(lengths) == 80 and abs(sum(lengths) / 2000 - 48) < 1.5
-    count, stop = sustained_plan(32, 32, 48)
-    assert stop == 32 * 48 + 16 * 48
-    assert count >= stop // 16 + 32  # every request at the shortest length: still no prompt repeats
+    assert sustained_plan(32, 32) == 63  # 32 finish in the window, 31 are still busy when it closes
