@@ -102,13 +102,13 @@ def main() -> None:
         table.row_block = next((e.adaptive.cost.row_block for e in engines.values() if e.adaptive), 1)
     n = max(args.concurrency * args.prompts_per_slot, 4)
     c, L = args.concurrency, args.max_tokens
-    count = sustained_plan(c, n) if args.sustained else n
+    warm, count = sustained_plan(c, n) if args.sustained else (0, n)
     ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, count, 0)]
     for _ in range(args.rounds):
         for m, e in engines.items():
             run_ours(e, ps[:2], 2, 4)
             probe = instrument(e)
-            r = run_ours(e, ps, c, L, admit=count if args.sustained else None)
+            r = run_ours(e, ps, c, L, admit=count if args.sustained else None, untimed=warm)
             e.runner.run, e._propose, e._verify, e.step = [getattr(type(x), y).__get__(x) for x, y in
                                                            ((e.runner, "run"), (e, "_propose"), (e, "_verify"),
                                                             (e, "step"))]

@@ -54,12 +54,12 @@ def main() -> None:
             r = run_ours(engine, history, args.history_concurrency, args.max_tokens)
             print(f"{name}: ShareGPT history {r['output_tokens_per_s']:.1f} tok/s", flush=True)
     c = args.concurrency
-    n_prompts = sustained_plan(c, max(4, c))
+    warm, n_prompts = sustained_plan(c, max(4, c))
     prompts = [encoder.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, n_prompts, 0)]
     rounds: dict[str, list[dict]] = {v: [] for v in variants}
     for rnd in range(args.rounds):  # the variants in turn within each round
         for name, engine in engines.items():
-            r = run_ours(engine, prompts, c, args.max_tokens, admit=n_prompts)
+            r = run_ours(engine, prompts, c, args.max_tokens, admit=n_prompts, untimed=warm)
             rounds[name].append({"tokens_per_s": round(r["output_tokens_per_s"], 2),
                                  "mean_acceptance_length": r["mean_acceptance_length"]})
             print(f"round {rnd} {name}: {r['output_tokens_per_s']:.1f} tok/s, MAL {r['mean_acceptance_length']}",

@@ -7,15 +7,19 @@ times the drain, where the load falls from `concurrency` to 1 and a token that e
 a smaller batch later. With one request per slot that is most of the run, and it counts against speculation
 (n-gram, ShareGPT, c=4: adaptive / max(no speculation, k=2) 0.95-0.97 drained with 2 requests per slot, 1.005
 with 8).
-Sustained (`sustained=True`): every slot is refilled from a supply of distinct prompts, and the clock stops at
-the first step after which all N = requests + c - 1 prompts are in and a slot is free (the (N+1)-th would
-enter): about `requests` have finished and c - 1 are still busy. Every configuration thus prefills the same N
-prompts. Output lengths vary (uniform over [max_tokens/3, 5 max_tokens/3], one seeded draw per prompt, the
-same for every configuration), as a served load's do. The window used to stop at a token count instead; then
-faster configurations admitted more prompts, and ShareGPT prompt lengths vary 10x: with one fixed output
-length, speculative configurations admitted +19-24% more prompt tokens than no speculation in the same window
-(n-gram, ShareGPT, c=32), 4-7% with varied lengths (`benchmarks/sustained_window.py`), and at c <= 4 one
-prompt more or less moved a point by several percent. Each row records the prompt tokens its window admitted.
+Sustained (`sustained=True`): every slot is refilled from a supply of distinct prompts. The first wave of c
+prompts, which all arrive at once, is a warm-up: the clock starts as the first refill enters. It stops at the
+first step after which the next `requests` prompts are all in and a slot is free (one more would enter), so
+every configuration prefills the same prompts in its window and ends it as a request finishes, with c - 1
+still busy. Output lengths vary (uniform over [max_tokens/3, 5 max_tokens/3], one seeded draw per prompt, the
+same for every configuration), as a served load's do.
+Why this window: a window that stops at a token count lets faster configurations admit (and prefill) more
+prompts, and ShareGPT prompt lengths vary 10x: speculative configurations admitted +19-24% more prompt tokens
+than no speculation (n-gram, ShareGPT, c=32; 4-7% with varied lengths, `benchmarks/sustained_window.py`), and
+at c <= 4 one prompt more or less moved a point by several percent. The first wave is a transient that costs
+speculation more than no speculation: at c=32 (n-gram, ShareGPT) the first 63 admissions timed adaptive at
+0.965x of no speculation and k=2 at 0.953x, against 1.00x and 0.975x over 256 and 0.98-1.01x and 0.95-0.99x
+in windows of 64 after it (docs/performance.md). Each row records the prompt tokens its window admitted.
 HF `generate` has no continuous batching: it runs static batches of `concurrency` prompts (left-padded);
 its prompt lookup (assisted generation) only supports batch size 1, so it runs one request at a time.
 """
@@ -66,9 +70,10 @@ def workload_prompts(name: str, n: int, seed: int) -> list[str]:
     return {"sharegpt": sharegpt_prompts, "repetitive": repetitive_prompts}[name](n, seed=seed)
 
 
-def sustained_plan(concurrency: int, requests: int) -> int:
-    """Prompts a sustained run admits (`run_ours(admit=)`) so that about `requests` finish in its window."""
-    return requests + concurrency - 1
+def sustained_plan(concurrency: int, requests: int) -> tuple[int, int]:
+    """(warm-up prompts, prompts admitted in all) for a sustained run (`run_ours(untimed=, admit=)`) that
+    times `requests` prompts after the first wave."""
+    return concurrency, concurrency + requests
 
 
 def varied_lengths(count: int, mean: int, seed: int) -> list[int]:
@@ -78,13 +83,14 @@ def varied_lengths(count: int, mean: int, seed: int) -> list[int]:
 
 
 def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_tokens: int | list[int],
-             stop_after_tokens: int | None = None, admit: int | None = None) -> dict:
+             stop_after_tokens: int | None = None, admit: int | None = None, untimed: int = 0) -> dict:
     """Closed loop over `prompts` (`max_tokens`: for every request, or one per prompt). With `admit`, the first
     `admit` prompts are served and the run stops (in-flight requests aborted) at the first step after which
     they are all in and a slot is free. With `stop_after_tokens`, the prompts are cycled and the run stops at
-    the first step by which that many tokens were emitted."""
-    if admit is not None and not 0 < admit <= len(prompts):
-        raise ValueError(f"admit={admit} needs 1..{len(prompts)} prompts")
+    the first step by which that many tokens were emitted. The first `untimed` prompts are a warm-up: the
+    clock, the counts and the engine's statistics start as the next one enters."""
+    if admit is not None and not untimed < admit <= len(prompts):
+        raise ValueError(f"admit={admit} needs {untimed + 1}..{len(prompts)} prompts")
     engine.spec_stats, engine.latency = SpecStats(), LatencyStats()
     engine.runner.pool.reset_prefix_cache()
     lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
@@ -97,6 +103,9 @@ def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_
         if admit is not None and served == admit and len(active) < concurrency:
             break
         while todo and len(active) < concurrency:
+            if served == untimed > 0:  # the warm-up wave is in and a slot is free: the clock starts here
+                engine.spec_stats, engine.latency = SpecStats(), LatencyStats()
+                out_tokens, prompt_tokens, t0 = 0, 0, time.perf_counter()
             prompt, sp = todo.pop(0)
             active.add(engine.add_request(prompt, sp))
             served += 1
@@ -113,7 +122,8 @@ def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_
     engine.step()  # collects the aborted requests
     s, lat = engine.spec_stats, engine.latency.to_dict()
     spec = engine.proposer is not None
-    return dict(output_tokens=out_tokens, seconds=dt, output_tokens_per_s=out_tokens / dt, num_requests=served,
+    return dict(output_tokens=out_tokens, seconds=dt, output_tokens_per_s=out_tokens / dt,
+                num_requests=served - untimed,
                 prompt_tokens=prompt_tokens,
                 mean_acceptance_length=round(s.mean_acceptance_length, 4) if spec else None,
                 acceptance_per_position=[round(x, 4) for x in s.acceptance_per_position] if spec else None,
@@ -209,14 +219,14 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
     with tqdm(total=total, desc="bench", unit="config") as bar:
         for w, c in plan:
             n = max(prompts_per_slot * c, min_requests)
-            count = sustained_plan(c, n) if sustained else n
+            warm, count = sustained_plan(c, n) if sustained else (0, n)
             prompts = [any_engine.encode_prompt(t, chat=True) for t in workload_prompts(w, count, seed)]
             lengths = varied_lengths(count, max_tokens, seed) if sustained else max_tokens
             for rep in range(repeat):
                 rows = runs[rep]
                 for m, eng in engines.items():
                     run_ours(eng, prompts[:2], 2, 4)  # warm-up
-                    r = run_ours(eng, prompts, c, lengths, admit=count if sustained else None)
+                    r = run_ours(eng, prompts, c, lengths, admit=count if sustained else None, untimed=warm)
                     spec = eng.config.spec
                     mode = spec.method + (f"-{spec.verify}" if spec.method != "off" and spec.verify != "fixed" else "")
                     rows.append(BenchRow("specfleet", mode, eng.k, None, w, c, **r))

@@ -44,6 +44,18 @@ def test_admission_window_serves_the_same_prompts_and_stops_when_one_more_would_
         run_ours(engine, PROMPTS[:2], 2, 4, admit=3)
 
 
+def test_the_first_wave_is_untimed(tiny_target):
+    engine = _engine(tiny_target)
+    # the wave of 3 is in; the first refill (4th prompt, step 5) starts the clock; the 2nd ends at step 8 and
+    # the 5th enters (step 9); the 3rd ends at step 9 and the run stops. Timed: steps 5-9, 4 + 5 + 5 + 1 tokens
+    r = run_ours(engine, PROMPTS, 3, [4, 8, 9, 8, 8, 8], admit=5, untimed=3)
+    assert r["output_tokens"] == 15 and r["num_requests"] == 2
+    assert r["prompt_tokens"] == len(PROMPTS[3]) + len(PROMPTS[4])
+    assert engine.latency.ttft and len(engine.latency.ttft) == 2  # the engine's statistics: the window's own
+    with pytest.raises(ValueError, match="admit"):
+        run_ours(engine, PROMPTS, 3, 4, admit=3, untimed=3)
+
+
 def test_each_prompt_may_have_its_own_length(tiny_target):
     r = run_ours(_engine(tiny_target), PROMPTS[:3], 2, [2, 5, 3])
     assert r["output_tokens"] == 10 and r["num_requests"] == 3 and r["prompt_tokens"] == 9
@@ -53,4 +65,4 @@ def test_sustained_lengths_vary_around_the_mean():
     lengths = varied_lengths(2000, 48, seed=3)
     assert lengths == varied_lengths(2000, 48, seed=3)  # every configuration gets the same draw
     assert min(lengths) == 16 and max(lengths) == 80 and abs(sum(lengths) / 2000 - 48) < 1.5
-    assert sustained_plan(32, 32) == 63  # 32 finish in the window, 31 are still busy when it closes
+    assert sustained_plan(32, 32) == (32, 64)  # the first wave untimed, then 32 more admitted
