@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None, extend=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=1, help="run everything N times, interleaved; report medians")
     p.add_argument("--sustained", action="store_true",
-                   help="refill every slot and stop at (P + 1/2) x c x max-tokens tokens, no drain; output "
-                        "lengths vary over max-tokens/3..5/3 (ours only)")
+                   help="refill every slot, no drain: time P x c requests after the first wave, the same "
+                        "prompts for every configuration; output lengths vary over max-tokens/3..5/3 (ours only)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--out", default=None, help="write JSON results here")
     p.set_defaults(fn=cmd_bench)
