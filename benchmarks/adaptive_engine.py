@@ -4,8 +4,8 @@ configurations interleaved per concurrency, `--repeat` times (medians). Writes J
 Sustained rates (every slot refilled, no drain; see workers/bench.py) unless `--drained`, over
 max(`--per-slot` x c, `--min-requests`) requests per point, timed after the first wave. Every configuration of
 a point admits the same prompts. At c=32 a window of 32 requests after the first wave put adaptive at
-0.95-1.04x of no speculation depending on which 32 (same run, the ratio per consecutive window); windows of
-64 at 0.98-1.01x, and 256 at 1.00x (docs/performance.md).
+0.93-1.04x of no speculation depending on which 32 (the ratio per consecutive window, two runs); windows of
+64 at 0.95-1.01x; 256 at 0.97-1.00x (docs/performance.md, "The window").
 Usage: python benchmarks/adaptive_engine.py [--repeat 3] [--max-tokens 48] [--per-slot 2] [--min-requests 8]
 """
 from __future__ import annotations

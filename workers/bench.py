@@ -16,10 +16,10 @@ same for every configuration), as a served load's do.
 Why this window: a window that stops at a token count lets faster configurations admit (and prefill) more
 prompts, and ShareGPT prompt lengths vary 10x: speculative configurations admitted +19-24% more prompt tokens
 than no speculation (n-gram, ShareGPT, c=32; 4-7% with varied lengths, `benchmarks/sustained_window.py`), and
-at c <= 4 one prompt more or less moved a point by several percent. The first wave is a transient that costs
-speculation more than no speculation: at c=32 (n-gram, ShareGPT) the first 63 admissions timed adaptive at
-0.965x of no speculation and k=2 at 0.953x, against 1.00x and 0.975x over 256 and 0.98-1.01x and 0.95-0.99x
-in windows of 64 after it (docs/performance.md). Each row records the prompt tokens its window admitted.
+at c <= 4 one prompt more or less moved a point by several percent. The first wave is a transient that cost
+speculation more than no speculation: at c=32 (n-gram, ShareGPT) the first 63 admissions timed k=2 at 0.953x
+of no speculation in two runs, against 0.97-1.00x over 256 (adaptive: 0.965-0.970x against 0.97-1.00x;
+docs/performance.md, "The window"). Each row records the prompt tokens its window admitted.
 HF `generate` has no continuous batching: it runs static batches of `concurrency` prompts (left-padded);
 its prompt lookup (assisted generation) only supports batch size 1, so it runs one request at a time.
 """
