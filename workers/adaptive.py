@@ -49,7 +49,6 @@ PROBE_SHARE_MIN = 1 / 256
 # (docs/performance.md). The price is one request's extra rows, <= k, per EXPLORE_EVERY cutting steps.
 EXPLORE_EVERY = 8
 PRIOR_RATE = 0.1  # the batch prior: exponential mean of the estimates over steps (~10 steps)
-RATE_EMA = 0.05  # the engine's recent output rate (tokens / seconds per step), over ~20 steps
 PLAN_SHRINK = 0.5  # weight of a request's own last estimates in its depth plan (the rest: the batch mean)
 # The draft's warm-up table also times catch-up steps: each request feeds 1 + CATCH_UP_ROWS tokens at once.
 # Catch-up rows cost the draft's layers like any row (measured, trained draft, 32 requests: 13.6 ms for 1 token
@@ -84,7 +83,6 @@ class AdaptiveVerifier:
         self._since_probe_s = 0.0  # the engine's seconds since then (observed step times)
         self._probe_share = PROBE_SHARE  # of that time, what the next probe may cost
         self._probe_cost_s = 0.0  # the next probe's predicted cost, as last computed
-        self._rate_tokens = self._rate_seconds = 0.0  # EMAs of tokens emitted and seconds per step
         self._drafted_at: dict[str, tuple[int, int]] = {}  # req_id -> (its tokens, depth) at its last draft
         self._catch_up: dict[str, int] = {}  # req_id -> rows its next draft first feeds (this step's plan)
         self._step_catch_up = 0  # extra catch-up rows of the requests that drafted this step
@@ -288,7 +286,7 @@ class AdaptiveVerifier:
         self._drafted_at.pop(req_id, None)
 
     def observe_step(self, wall_s: float, forward_s: float, draft_s: float, requests: int, tokens: int,
-                     pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0, emitted: int = 0,
+                     pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0,
                      ragged_extra: int = 0) -> None:
         """Refresh the cost model from a finished step: the target's forward (pure decode steps only:
         prefill chunks lie far outside the grid, at other context lengths; a ragged step, whose longest
@@ -302,8 +300,6 @@ class AdaptiveVerifier:
             self._observe_draft(draft_s, draft_requests, draft_depth)
         self.overhead_s += 0.1 * (max(0.0, wall_s - forward_s - draft_s) - self.overhead_s)
         self._since_probe_s += wall_s
-        self._rate_tokens += RATE_EMA * (emitted - self._rate_tokens)
-        self._rate_seconds += RATE_EMA * (wall_s - self._rate_seconds)
 
     def _observe_target(self, requests: int, tokens: int, seconds: float) -> None:
         """Collect a pure decode step's forward time; every OBSERVE_BATCH steps refresh the table with them."""
@@ -328,15 +324,21 @@ class AdaptiveVerifier:
 
     def _base_emitted(self, plan: "ScheduledStep", base_tokens: int) -> float:
         """What the step's work without any draft is worth, in tokens. A pure decode step: one token per
-        decoding request. A step that also prefills does work the request pays off later, so counting only
-        its decode tokens made any speculation look good next to it (at c=32 ShareGPT, most verified
-        positions of the trained draft were in such steps, where the engine as a whole ran at no
-        speculation's pace or better): it is worth what the engine emits in that time at its recent rate."""
-        B = float(len(plan.decodes))
-        if not plan.prefills or self._rate_seconds <= 0:
-            return B
-        base_s = self.cost.lookup(len(plan.decodes) + len(plan.prefills), base_tokens) + self.overhead_s
-        return max(B, self._rate_tokens / self._rate_seconds * base_s)
+        decoding request. A step that also prefills does work the closed loop pays whatever speculation does
+        (the same prompts are prefilled either way), so verified positions there compete with decoding only:
+        the step's seconds are valued at the rate decoding alone runs, B tokens per cost(B, B) (no
+        speculation's decode rate, a floor under the rate speculation reaches). Counting only the decode
+        tokens made any speculation look good next to a prefill (at c=32 ShareGPT most of the trained draft's
+        verified positions were in such steps); valuing the step at the engine's recent rate, prefill time
+        included and so lower, still passed positions that cost more per token than decoding does: n-gram,
+        repetitive, c=32 verified deeper than k=2 (mean acceptance length 3.3 against 2.5), where only k=2
+        pays (k=4 0.97x of no speculation), and ran at 0.975x of k=2 (docs/performance.md)."""
+        B = len(plan.decodes)
+        if not plan.prefills or B == 0:
+            return float(B)
+        decode_s = self.cost.lookup(B, B) + self.overhead_s
+        base_s = self.cost.lookup(B + len(plan.prefills), base_tokens) + self.overhead_s
+        return max(float(B), B * base_s / decode_s)
 
     def learn(self, proposal: "Proposal", verify: list[tuple[int, object, int, int]], accepted: list[int]) -> None:
         rows = [(b, n, a) for (b, _, n, _), a in zip(verify, accepted) if b >= 0]

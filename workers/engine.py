@@ -82,7 +82,6 @@ class LLMEngine:
         self.spec_stats = SpecStats()
         self.latency = LatencyStats()
         self.num_steps = 0
-        self.tokens_out = 0  # output tokens emitted so far (the adaptive policy's reference rate)
         self.heap = HeapTrimmer(config.heap_trim_interval_s)
         self._ids = itertools.count()
         self._rng = random.Random()
@@ -154,7 +153,6 @@ class LLMEngine:
     # ---- the step ---------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         t_start = time.perf_counter()
-        tokens_before = self.tokens_out
         plan = self.scheduler.schedule(self.k, adaptive_drafts=self.adaptive is not None)
         if plan.empty:
             self.heap.maybe_trim()
@@ -196,8 +194,7 @@ class LLMEngine:
         if self.adaptive is not None:
             rows = [len(c.token_ids) for c in chunks]
             self.adaptive.observe_step(time.perf_counter() - t_start, forward_s, draft_s, len(chunks), sum(rows),
-                                       not plan.prefills, len(plan.decodes), draft_depth,
-                                       self.tokens_out - tokens_before, ragged_extra(rows))
+                                       not plan.prefills, len(plan.decodes), draft_depth, ragged_extra(rows))
         self.heap.maybe_trim()
         return self._collect_outputs()
 
@@ -263,7 +260,6 @@ class LLMEngine:
                 reason = "length"
                 break
         req.tokens.extend(kept)
-        self.tokens_out += len(kept)
         if req.first_token_time is None:
             req.first_token_time = now
             self.latency.ttft.append(now - req.arrival)

@@ -108,27 +108,29 @@ def test_a_probe_drafts_only_the_request_with_the_least_to_catch_up_on():
     assert probed == [(PROBE_EVERY, "r3"), (2 * PROBE_EVERY, "r3")]
 
 
-def test_a_step_that_prefills_is_worth_the_engines_recent_rate():
-    """Next to a 512-token prefill chunk, one decode token per request undervalues the step: positions that
-    beat this step's own decode rate but not the engine's rate are not drafted."""
+def test_a_step_that_prefills_is_valued_at_the_decode_rate():
+    """Next to a 512-token prefill chunk, one decode token per request undervalues the step: drafts that beat
+    that step's own rate but cost more per token than decoding alone are not drafted; drafts that beat
+    decoding alone still are."""
     table = CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
-    est = LogisticEstimator(7, 3)
-    est.refits = est.warmup_refits
-    av = AdaptiveVerifier(table, est, CostTable({(1, 1): 0.0045, (4, 4): 0.005}))
-    av._prior = torch.full((7,), 0.3)
     reqs = [SimpleNamespace(req_id=f"r{i}", tokens=[1] * 20) for i in range(3)]
     prefill = (SimpleNamespace(req_id="p", tokens=[1] * 600), 512)
 
-    def depths() -> list[int]:
-        plan = ScheduledStep(decodes=[(r, 7) for r in reqs], prefills=[prefill])
+    def depths(prior: float, prefills: list) -> list[int]:
+        est = LogisticEstimator(7, 3)
+        est.refits = est.warmup_refits
+        av = AdaptiveVerifier(table, est, CostTable({(1, 1): 0.0045, (4, 4): 0.005}))
+        av._prior = torch.full((7,), prior)
         av._since_probe = 0  # not a probe step
+        plan = ScheduledStep(decodes=[(r, 7) for r in reqs], prefills=prefills)
         av.plan_depths(plan)
         return [d for _, d in plan.decodes]
 
-    assert sum(depths()) > 0  # no rate seen yet: 3 tokens for a ~250 ms step, drafting at 0.3 pays
-    for _ in range(100):  # the engine has been emitting 40 tokens per 250 ms step
-        av.observe_step(0.25, 0.24, 0.0, 4, 515, False, emitted=40)
-    assert sum(depths()) == 0
+    # 0.05 per draft: 0.15 tokens for ~6 ms beats 3 tokens in the ~250 ms mixed step, not decoding alone
+    # (3 tokens in ~41 ms)
+    assert sum(depths(0.05, [prefill])) == 0 and sum(depths(0.05, [])) == 0
+    # 0.3 per draft beats decoding alone: drafted with or without the prefill
+    assert sum(depths(0.3, [prefill])) > 0 and sum(depths(0.3, [])) > 0
 
 
 def _catch_up_verifier() -> AdaptiveVerifier:

@@ -1,0 +1,106 @@
+"""How much one point of the adaptive grid moves between runs of the same configurations on the same prompts:
+one (proposer, workload, concurrency) point of `benchmarks/adaptive_engine.py`, run for many cycles (each
+cycle runs every configuration once, back to back, as the grid does), then the spread of each configuration's
+tokens/s and of adaptive / max(no spec, best fixed k) per cycle, and what a grid point (the median of 3
+cycles) would read for every 3 of those cycles.
+
+    python benchmarks/point_variance.py --method draft --workload repetitive --concurrency 8 --cycles 10
+    python benchmarks/point_variance.py --method ngram --workload sharegpt --concurrency 2 --cycles 10
+    python benchmarks/point_variance.py --misses benchmarks/results/adaptive_engine_cpu.json --cycles 8
+
+`--misses`: every point of a grid's results where adaptive read < 0.98 x max(no spec, best fixed k), each in turn
+(one JSON per point). A grid of 3 cycles screens; this confirms or clears its misses.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+from pathlib import Path
+
+from workers.bench import run_bench
+
+GRID_REPEAT = 3  # the grid's --repeat
+
+
+def quantiles(xs: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(xs, n=10, method="inclusive") if len(xs) > 1 else [xs[0]] * 9
+    return {"min": round(min(xs), 4), "p10": round(q[0], 4), "median": round(statistics.median(xs), 4),
+            "p90": round(q[-1], 4), "max": round(max(xs), 4)}
+
+
+def analyse(samples: dict[str, list[float]], adaptive: str) -> dict:
+    """Per configuration: its tokens/s spread. Adaptive: its ratio to the best other configuration of the
+    same cycle (and to no speculation), and the ratio a grid point would report (medians over GRID_REPEAT
+    cycles, each configuration its own median) for every choice of GRID_REPEAT cycles."""
+    others = [m for m in samples if m != adaptive]
+    cycles = range(len(samples[adaptive]))
+    paired = [samples[adaptive][i] / max(samples[m][i] for m in others) for i in cycles]
+    vs_off = [samples[adaptive][i] / samples["off"][i] for i in cycles]
+    grid = [statistics.median(samples[adaptive][i] for i in pick) /
+            max(statistics.median(samples[m][i] for i in pick) for m in others)
+            for pick in itertools.combinations(cycles, GRID_REPEAT)]
+    share = lambda xs: round(sum(r >= 0.98 for r in xs) / len(xs), 3)  # noqa: E731
+    return {"tokens_per_s": {m: quantiles(v) for m, v in samples.items()},
+            "relative_spread": {m: round((max(v) - min(v)) / statistics.median(v), 4) for m, v in samples.items()},
+            "paired_ratio": quantiles(paired), "paired_at_least_0.98": share(paired),
+            "paired_vs_off": quantiles(vs_off),
+            "grid_point_ratio": quantiles(grid), "grid_point_at_least_0.98": share(grid)}
+
+
+def markdown_table(results: list[dict]) -> str:
+    out = ["| point | cycles | adaptive / best, paired: median (p10-p90) | adaptive / no spec, paired: median | "
+           "a grid point (3 cycles): median (min-max) | grid points >= 0.98 |", "|---|---|---|---|---|---|"]
+    for r in results:
+        p, pr, g = r["point"], r["paired_ratio"], r["grid_point_ratio"]
+        name = f"{'trained draft' if p['method'] == 'draft' else 'n-gram'} {p['workload']} c={p['concurrency']}"
+        out.append(f"| {name} | {r['cycles']} | {pr['median']:.3f} ({pr['p10']:.3f}-{pr['p90']:.3f}) | "
+                   f"{r['paired_vs_off']['median']:.3f} | {g['median']:.3f} ({g['min']:.3f}-{g['max']:.3f}) | "
+                   f"{r['grid_point_at_least_0.98']:.0%} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--method", choices=("draft", "ngram"), default="draft")
+    ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="repetitive")
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--cycles", type=int, default=10)
+    ap.add_argument("--fixed", default="2,4,7", help="fixed k to run (the grid runs 2,4,7)")
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--per-slot", type=int, default=2)
+    ap.add_argument("--out", default=None, help="JSON (default benchmarks/results/point_variance_<point>_cpu.json)")
+    ap.add_argument("--misses", metavar="GRID_JSON", help="run every point where that grid's adaptive missed 0.98")
+    ap.add_argument("--table", nargs="+", metavar="JSON", help="only print the docs' table of earlier results")
+    args = ap.parse_args()
+    if args.table:
+        print(markdown_table([json.loads(Path(f).read_text()) for f in args.table]))
+        return
+    points = [(args.method, args.workload, args.concurrency)]
+    if args.misses:
+        summary = json.loads(Path(args.misses).read_text())["summary"]
+        points = [(s["method"], s["workload"], s["concurrency"]) for s in summary if s["adaptive_vs_best"] < 0.98]
+        print(f"{len(points)} points missed 0.98 in {args.misses}: {points}", flush=True)
+    for method, workload, c in points:
+        out = None if args.misses else args.out
+        run_point(method, workload, c, args.cycles, [int(k) for k in args.fixed.split(",")], args.max_tokens,
+                  args.per_slot, Path(out or f"benchmarks/results/point_variance_{method}_{workload}_c{c}_cpu.json"))
+
+
+def run_point(method: str, workload: str, c: int, cycles: int, fixed: list[int], max_tokens: int, per_slot: int,
+              out: Path) -> None:
+    adaptive = f"{method}:7:adaptive"
+    modes = ["off"] + [f"{method}:{k}" for k in fixed] + [adaptive]
+    rows = run_bench([workload], [c], modes, 7, max_tokens, [], per_slot, 0, "auto", None, repeat=cycles,
+                     kv_cache_memory_gb=0.5, sustained=True, min_requests=8)
+    samples = {m: r.samples_tokens_per_s for m, r in zip(modes, rows)}
+    result = {"point": {"method": method, "workload": workload, "concurrency": c}, "cycles": cycles,
+              "max_tokens": max_tokens, "per_slot": per_slot, "samples_tokens_per_s": samples,
+              **analyse(samples, adaptive)}
+    out.write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k != "samples_tokens_per_s"}, indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()
