@@ -20,14 +20,14 @@ import statistics
 from pathlib import Path
 
 from workers.bench import run_bench
+from workers.metrics import percentile
 
 GRID_REPEAT = 3  # the grid's --repeat
 
 
 def quantiles(xs: list[float]) -> dict[str, float]:
-    q = statistics.quantiles(xs, n=10, method="inclusive") if len(xs) > 1 else [xs[0]] * 9
-    return {"min": round(min(xs), 4), "p10": round(q[0], 4), "median": round(statistics.median(xs), 4),
-            "p90": round(q[-1], 4), "max": round(max(xs), 4)}
+    return {"min": round(min(xs), 4), "p10": round(percentile(xs, 10), 4), "median": round(statistics.median(xs), 4),
+            "p90": round(percentile(xs, 90), 4), "max": round(max(xs), 4)}
 
 
 def analyse(samples: dict[str, list[float]], adaptive: str) -> dict:
