@@ -7,6 +7,10 @@ a point admits the same prompts. At c=32 a window of 32 requests after the first
 0.93-1.04x of no speculation depending on which 32 (the ratio per consecutive window, two runs); windows of
 64 at 0.95-1.01x; 256 at 0.97-1.00x (docs/performance.md, "The window").
 Usage: python benchmarks/adaptive_engine.py [--repeat 3] [--max-tokens 48] [--per-slot 2] [--min-requests 8]
+In parts (each point is complete on its own, so a part that is cut short loses only itself):
+    python benchmarks/adaptive_engine.py --concurrency 1,2,4,8 --out /tmp/low.json
+    python benchmarks/adaptive_engine.py --concurrency 16,32 --out /tmp/high.json
+    python benchmarks/adaptive_engine.py --merge /tmp/low.json /tmp/high.json
 """
 from __future__ import annotations
 
@@ -113,6 +117,26 @@ def markdown_tables(data: dict) -> str:
     return "\n".join(out)
 
 
+SETTINGS = ("modes", "repeat", "max_tokens", "sustained", "min_requests", "per_slot")
+
+
+def merge_runs(runs: list[dict]) -> tuple[dict, list[dict]]:
+    """The settings and rows of several results JSONs that ran with the same settings and no common point."""
+    settings = {key: runs[0][key] for key in SETTINGS}
+    rows, seen = [], set()
+    for run in runs:
+        differ = [key for key in SETTINGS if run[key] != settings[key]]
+        if differ:
+            raise SystemExit(f"cannot merge runs whose {', '.join(differ)} differ")
+        for r in run["rows"]:
+            key = (r["mode"], r["k"], r["workload"], r["concurrency"])
+            if key in seen:
+                raise SystemExit(f"cannot merge: {key} was run twice")
+            seen.add(key)
+            rows.append(r)
+    return settings, rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
@@ -123,20 +147,24 @@ def main() -> None:
     ap.add_argument("--min-requests", type=int, default=8, help="... and at least this many")
     ap.add_argument("--out", default="benchmarks/results/adaptive_engine_cpu.json")
     ap.add_argument("--tables", metavar="JSON", help="only print the markdown tables of an earlier run")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="combine runs of other concurrencies, run with the same settings, into --out (and plot)")
     args = ap.parse_args()
     if args.tables:
         print(markdown_tables(json.loads(Path(args.tables).read_text())))
         return
-    rows = run_bench(["sharegpt", "repetitive"], [int(c) for c in args.concurrency.split(",")], MODES, 7,
-                     args.max_tokens, [], args.per_slot, 0, "auto", None, repeat=args.repeat,
-                     kv_cache_memory_gb=0.5,
-                     sustained=not args.drained, min_requests=args.min_requests)
-    data = [r.__dict__ for r in rows]
+    if args.merge:
+        settings, data = merge_runs([json.loads(Path(f).read_text()) for f in args.merge])
+    else:
+        rows = run_bench(["sharegpt", "repetitive"], [int(c) for c in args.concurrency.split(",")], MODES, 7,
+                         args.max_tokens, [], args.per_slot, 0, "auto", None, repeat=args.repeat,
+                         kv_cache_memory_gb=0.5,
+                         sustained=not args.drained, min_requests=args.min_requests)
+        settings = {"modes": MODES, "repeat": args.repeat, "max_tokens": args.max_tokens,
+                    "sustained": not args.drained, "min_requests": args.min_requests, "per_slot": args.per_slot}
+        data = [r.__dict__ for r in rows]
     summary = summarise(data)
-    Path(args.out).write_text(json.dumps({"modes": MODES, "repeat": args.repeat, "max_tokens": args.max_tokens,
-                                          "sustained": not args.drained, "min_requests": args.min_requests,
-                                          "per_slot": args.per_slot,
-                                          "summary": summary, "rows": data}, indent=1))
+    Path(args.out).write_text(json.dumps({**settings, "summary": summary, "rows": data}, indent=1))
     plot(data, Path("docs/adaptive_engine_throughput.png"), Path("docs/acceptance_per_position.png"))
     for s in summary:
         print(json.dumps(s))

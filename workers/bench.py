@@ -150,8 +150,9 @@ def run_hf(model, tok, prompts: list[list[int]], concurrency: int, max_tokens: i
 
 
 def _spec(mode: str, default_k: int) -> SpecConfig:
-    """'off', 'ngram', 'ngram:8', 'ngram:8:adaptive' (method[:k[:verify]])."""
-    method, k, verify = (mode.split(":") + ["", ""])[:3]
+    """'off', 'ngram', 'ngram:8', 'ngram:8:adaptive' (method[:k[:verify]]). A suffix '#name' ('ngram:7#copy')
+    asks for another engine of the same configuration (a placebo: how far two identical engines read apart)."""
+    method, k, verify = (mode.partition("#")[0].split(":") + ["", ""])[:3]
     if method == "off":
         return SpecConfig()
     return SpecConfig(method=method, k=int(k) if k else default_k, verify=verify or "fixed")

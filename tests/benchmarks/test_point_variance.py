@@ -21,3 +21,18 @@ def test_paired_and_grid_point_ratios():
     assert out["grid_point_at_least_0.98"] == 1.0
     assert out["relative_spread"]["off"] == pytest.approx(0.2)
     assert out["paired_vs_off"]["max"] == pytest.approx(1.1)  # 99 / 90
+
+
+def test_a_placebo_is_read_like_adaptive_against_the_same_configurations():
+    samples = {"off": [50.0] * 3, "k7": [100.0, 90.0, 95.0], "adaptive": [95.0] * 3,
+               "k7#placebo": [90.0, 100.0, 95.0]}
+    out = analyse(samples, "adaptive", "k7#placebo")
+    # adaptive is read against off and k7 only (not against the placebo): 0.95, 95/90 and 1.0
+    assert out["paired_ratio"]["min"] == pytest.approx(0.95)
+    assert out["paired_ratio"]["max"] == pytest.approx(95 / 90, abs=1e-4)  # rounded to 4 places
+    # the placebo against the same two, its twin among them: 0.9, 1.0, 1.0 per cycle; medians 95 / 95
+    assert out["placebo"]["paired_ratio"]["min"] == pytest.approx(0.9)
+    assert out["placebo"]["copy_of"] == "k7"
+    assert out["placebo"]["paired_ratio"]["median"] == pytest.approx(1.0)
+    assert out["placebo"]["medians_ratio"] == pytest.approx(1.0)
+    assert "placebo" not in analyse(samples, "adaptive")

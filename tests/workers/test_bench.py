@@ -66,3 +66,11 @@ def test_sustained_lengths_vary_around_the_mean():
     assert lengths == varied_lengths(2000, 48, seed=3)  # every configuration gets the same draw
     assert min(lengths) == 16 and max(lengths) == 80 and abs(sum(lengths) / 2000 - 48) < 1.5
     assert sustained_plan(32, 32) == (32, 64)  # the first wave untimed, then 32 more admitted
+
+
+def test_a_mode_suffix_names_another_engine_of_the_same_configuration():
+    from workers.bench import _spec
+
+    assert _spec("ngram:7#copy", 4) == _spec("ngram:7", 4)
+    assert _spec("ngram:7:adaptive#2", 4).verify == "adaptive"
+    assert _spec("off#placebo", 4).method == "off"
