@@ -67,6 +67,14 @@ def instrument(e: LLMEngine) -> dict:
     return {"T": T, "lengths": lengths, "decode_steps": decode_steps}
 
 
+def uninstrument(e: LLMEngine) -> None:
+    """Undo `instrument`: the engine's own methods again."""
+    for obj, name in ((e.runner, "run"), (e, "_propose"), (e, "_verify"), (e, "step")):
+        setattr(obj, name, getattr(type(obj), name).__get__(obj))
+    if e.adaptive:
+        e.adaptive.trim = type(e.adaptive).trim.__get__(e.adaptive)
+
+
 def table_check(steps: list[tuple[int, int, int, float]], table: CostTable) -> str:
     """How the warm-up cost table's prediction compares with the observed forward of pure decode steps:
     the median observed / predicted, for steps at the batch's base tokens, for uniform steps with extra
@@ -109,11 +117,7 @@ def main() -> None:
             run_ours(e, ps[:2], 2, 4)
             probe = instrument(e)
             r = run_ours(e, ps, c, L, admit=count if args.sustained else None, untimed=warm)
-            e.runner.run, e._propose, e._verify, e.step = [getattr(type(x), y).__get__(x) for x, y in
-                                                           ((e.runner, "run"), (e, "_propose"), (e, "_verify"),
-                                                            (e, "step"))]
-            if e.adaptive:
-                e.adaptive.trim = type(e.adaptive).trim.__get__(e.adaptive)
+            uninstrument(e)
             T, k = probe["T"], max(probe["T"]["steps"], 1)
             ms = {x: round(T[x] / k * 1e3, 1) for x in ("step", "fwd", "prop", "trim", "verify")}
             pure = probe["decode_steps"]
