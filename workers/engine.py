@@ -24,7 +24,7 @@ from workers.detokenizer import IncrementalDetokenizer
 from workers.heap import HeapTrimmer
 from workers.llama import LlamaForward
 from workers.metrics import LatencyStats, SpecStats
-from workers.model_runner import ModelRunner, StepChunk, pick_device, pick_dtype
+from workers.model_runner import ModelRunner, StepChunk, gemm_rows_invariant, pick_device, pick_dtype
 from workers.model_store import resolve_model
 from workers.proposers.base import DraftInput, Proposal, Proposer
 from workers.proposers.factory import build_proposer
@@ -65,6 +65,11 @@ class LLMEngine:
         device = pick_device(config.device)
         dtype = pick_dtype(config.dtype, device)
         self.model, hf_config = LlamaForward.load(folder, device, dtype, config.batch_invariant)
+        # bf16/fp16 blocks of small rows rely on rows that do not depend on M (fp32 is handled apart)
+        if config.batch_invariant and device.type == "cpu" and dtype != torch.float32 and not gemm_rows_invariant(
+                dtype, self.model.layers[0].down.shape[1], self.model.hidden_size):
+            log.warning("this CPU's %s GEMM rows depend on the row count: greedy output may depend on the batch, "
+                        "with or without speculation (docs/architecture.md, batch-invariant verify path)", dtype)
         self.shard_peers = self._shard(shard_peers)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.max_model_len = min(config.max_model_len or 10**9, hf_config.max_position_embeddings)
