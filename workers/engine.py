@@ -65,11 +65,16 @@ class LLMEngine:
         device = pick_device(config.device)
         dtype = pick_dtype(config.dtype, device)
         self.model, hf_config = LlamaForward.load(folder, device, dtype, config.batch_invariant)
-        # bf16/fp16 blocks of small rows rely on rows that do not depend on M (fp32 is handled apart)
-        if config.batch_invariant and device.type == "cpu" and dtype != torch.float32 and not gemm_rows_invariant(
-                dtype, self.model.layers[0].down.shape[1], self.model.hidden_size):
-            log.warning("this CPU's %s GEMM rows depend on the row count: greedy output may depend on the batch, "
-                        "with or without speculation (docs/architecture.md, batch-invariant verify path)", dtype)
+        # bf16/fp16 blocks of small rows rely on GEMM rows that do not depend on M; fp32's were known to
+        # (architecture.md), so only bf16/fp16 on CPU are checked. None: not checked.
+        self.gemm_rows_invariant: bool | None = None
+        if config.batch_invariant and device.type == "cpu" and dtype != torch.float32:
+            self.gemm_rows_invariant = gemm_rows_invariant(dtype, self.model.layers[0].down.shape[1],
+                                                           self.model.hidden_size)
+            if not self.gemm_rows_invariant:
+                log.warning("this CPU's %s GEMM rows depend on the row count: greedy output may depend on the "
+                            "batch, with or without speculation (docs/architecture.md, batch-invariant verify "
+                            "path)", dtype)
         self.shard_peers = self._shard(shard_peers)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.max_model_len = min(config.max_model_len or 10**9, hf_config.max_position_embeddings)
