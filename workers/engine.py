@@ -24,7 +24,7 @@ from workers.detokenizer import IncrementalDetokenizer
 from workers.heap import HeapTrimmer
 from workers.llama import LlamaForward
 from workers.metrics import LatencyStats, SpecStats
-from workers.model_runner import ModelRunner, StepChunk, gemm_rows_invariant, pick_device, pick_dtype
+from workers.model_runner import ModelRunner, StepChunk, pick_device, pick_dtype
 from workers.model_store import resolve_model
 from workers.proposers.base import DraftInput, Proposal, Proposer
 from workers.proposers.factory import build_proposer
@@ -65,17 +65,17 @@ class LLMEngine:
         device = pick_device(config.device)
         dtype = pick_dtype(config.dtype, device)
         self.model, hf_config = LlamaForward.load(folder, device, dtype, config.batch_invariant)
-        # bf16/fp16 blocks of small rows rely on GEMM rows that do not depend on M; fp32's were known to
-        # (architecture.md), so only bf16/fp16 on CPU are checked. None: not checked.
-        self.gemm_rows_invariant: bool | None = None
-        if config.batch_invariant and device.type == "cpu" and dtype != torch.float32:
-            self.gemm_rows_invariant = gemm_rows_invariant(dtype, self.model.layers[0].down.shape[1],
-                                                           self.model.hidden_size)
-            if not self.gemm_rows_invariant:
-                log.warning("this CPU's %s GEMM rows depend on the row count: greedy output may depend on the "
-                            "batch, with or without speculation (docs/architecture.md, batch-invariant verify "
-                            "path)", dtype)
         self.shard_peers = self._shard(shard_peers)
+        # bf16/fp16 blocks of small rows rely on GEMM rows that do not depend on M: checked per weight shape
+        # when the model loads (LlamaForward.plan_row_invariance). None: not checked (fp32, GPU, or off).
+        self.gemm_rows_invariant: bool | None = self.model.rows_invariant
+        if self.model.k_parts:
+            log.info("this CPU's %s GEMM rows depend on the row count for %d weights: they run split along "
+                     "their inputs (docs/architecture.md, batch-invariant verify path)", dtype, len(self.model.k_parts))
+        if self.gemm_rows_invariant is False:
+            log.warning("this CPU's %s GEMM rows depend on the row count: greedy output may depend on the "
+                        "batch, with or without speculation (docs/architecture.md, batch-invariant verify "
+                        "path)", dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.max_model_len = min(config.max_model_len or 10**9, hf_config.max_position_embeddings)
         self.runner = ModelRunner(self.model, int(config.kv_cache_memory_gb * 2**30), config.block_size,

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from workers.attention import SMALL_ROWS, AttentionMetadata, paged_attention
+from workers.gemm_invariance import invariant_pieces, k_pieces, split_linear
 
 
 def _no_reduce(x: torch.Tensor) -> torch.Tensor:
@@ -79,11 +80,37 @@ class LlamaForward:
         self.head_ids: torch.Tensor | None = None  # a reduced output vocabulary: logit column j = token head_ids[j]
         self.kv_heads_budget = self.num_kv_heads  # KV heads the cache is sized for (the largest tensor shard's)
         self.reduce = _no_reduce  # completes row-parallel projections under tensor parallelism (an all-reduce)
+        self.k_parts: dict[int, torch.Tensor] = {}  # weight data_ptr -> its pieces along the inputs (k_pieces)
+        self.rows_invariant: bool | None = None  # None: not checked (see plan_row_invariance)
+        self.plan_row_invariance()
+
+    def plan_row_invariance(self) -> None:
+        """Check that this machine's GEMMs give rows that do not depend on the block's row count, for every
+        weight shape (gemm_invariance.py); split the inputs of those whose plain GEMM does not. Only bf16/fp16
+        on CPU with batch_invariant are checked: fp32 has its own row classes (docs/architecture.md) and GPU
+        kernels are unmeasured. Call again after replacing weights (tensor sharding, a reduced vocabulary)."""
+        self.k_parts, self.rows_invariant = {}, None
+        if not self.batch_invariant or self.device.type != "cpu" or self.dtype == torch.float32:
+            return
+        self.rows_invariant = True
+        weights = [w for lw in self.layers for w in (lw.qkv, lw.o, lw.gate_up, lw.down)] + [self.lm_head]
+        for w in weights:
+            pieces = invariant_pieces(self.dtype, w.shape[1], w.shape[0])
+            if pieces is None:
+                self.rows_invariant = False
+            elif pieces > 1:
+                self.k_parts[w.data_ptr()] = k_pieces(w, pieces)
+
+    def _mm(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        """A block of <= 32 rows (SMALL_ROWS): split along the inputs where plan_row_invariance said so."""
+        parts = self.k_parts.get(w.data_ptr())
+        return F.linear(x, w, b) if parts is None else split_linear(x, parts, b)
 
     def set_output_vocab(self, ids: torch.Tensor) -> None:
         """Compute logits only for the tokens `ids` (a draft's reduced vocabulary, FR-Spec style)."""
         self.head_ids = ids
         self.lm_head = self.lm_head[ids].contiguous()
+        self.plan_row_invariance()
 
     @classmethod
     def load(cls, folder: str | Path, device: torch.device, dtype: torch.dtype,
@@ -99,16 +126,17 @@ class LlamaForward:
         batch (see AttentionMetadata.row_blocks); `blocks=None` means plain blocks of <= 32 rows."""
         n = x.shape[0]
         if not self.batch_invariant or n <= SMALL_ROWS:
-            return F.linear(x, w, b)
+            return self._mm(x, w, b)
         if blocks is None:
-            return torch.cat([F.linear(c, w, b) for c in x.split(SMALL_ROWS)])
+            return torch.cat([self._mm(c, w, b) for c in x.split(SMALL_ROWS)])
         outs = []
         for rows, pad in blocks:
             part = x[rows]
-            if pad and part.shape[0] < pad:
-                y = F.linear(F.pad(part, (0, 0, 0, pad - part.shape[0])), w, b)[: part.shape[0]]
+            if pad:  # a prefill segment, always at the same fixed M: plain GEMM rows hold there (no split)
+                y = F.linear(F.pad(part, (0, 0, 0, pad - part.shape[0])) if part.shape[0] < pad else part, w, b)
+                y = y[: part.shape[0]]
             else:
-                y = F.linear(part, w, b)
+                y = self._mm(part, w, b)
             outs.append(y)
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 

@@ -88,15 +88,3 @@ class ModelRunner:
             self.peers.finish()
         return out
 
-
-def gemm_rows_invariant(dtype: torch.dtype, in_features: int, out_features: int, rows: int = 32) -> bool:
-    """Whether this machine's GEMM gives every row the same bits at every row count M <= `rows` as alone: the
-    property the batch-invariant forward relies on for blocks of small rows (attention.SMALL_ROWS). It holds
-    for bf16 where it was first measured; on an AMD EPYC with avx512_bf16 (no AMX) a bf16 GEMM with 1536 inputs
-    gave row 3 other bits from M = 4 on (576 and 3072 x 576 held), and greedy output then depended on the batch
-    (1 of 20 ShareGPT prompts, 2026-12-01)."""
-    g = torch.Generator().manual_seed(0)
-    w = torch.randn(out_features, in_features, generator=g).to(dtype)
-    x = torch.randn(rows, in_features, generator=g).to(dtype)
-    alone = torch.cat([torch.nn.functional.linear(x[r:r + 1], w) for r in range(rows)])
-    return all(torch.equal(torch.nn.functional.linear(x[:m], w), alone[:m]) for m in range(2, rows + 1))

@@ -94,6 +94,7 @@ def shard_model(model: LlamaForward, rank: int, world: int) -> None:
     model.num_heads, model.num_kv_heads = len(mine_q), len(mine_kv)
     model.kv_heads_budget = len(kv[0])  # every shard sizes its block pool by the largest shard: same block count
     model.reduce = _all_reduce
+    model.plan_row_invariance()  # the input pieces of the old weights are stale
 
 
 def free_port(host: str = "") -> int:

@@ -26,10 +26,11 @@ def test_missing_model_is_a_clear_error():
 
 def _require_invariant_gemm(engine) -> None:
     """Token identity across batches needs GEMM rows that do not depend on the row count (see
-    gemm_rows_invariant); on a CPU without that property, say so instead of asserting what cannot hold."""
+    workers/gemm_invariance.py); where neither the plain nor a split GEMM has that property, say so instead of
+    asserting what cannot hold."""
     if engine.gemm_rows_invariant is False:  # checked at start-up
-        pytest.xfail(f"this CPU's {engine.model.dtype} GEMM rows depend on the row count: greedy output depends "
-                     "on the batch (known, not yet handled: docs/architecture.md, batch-invariant verify path)")
+        pytest.xfail(f"this CPU's {engine.model.dtype} GEMM rows depend on the row count even split along their "
+                     "inputs: greedy output depends on the batch (docs/architecture.md, batch-invariant verify path)")
 
 
 def test_greedy_ngram_speculation_is_token_identical_on_sharegpt(engine):
