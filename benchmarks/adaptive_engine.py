@@ -117,15 +117,15 @@ def markdown_tables(data: dict) -> str:
     return "\n".join(out)
 
 
-SETTINGS = ("modes", "repeat", "max_tokens", "sustained", "min_requests", "per_slot")
+SETTINGS = ("modes", "repeat", "max_tokens", "sustained", "min_requests", "per_slot", "interleave")
 
 
 def merge_runs(runs: list[dict]) -> tuple[dict, list[dict]]:
     """The settings and rows of several results JSONs that ran with the same settings and no common point."""
-    settings = {key: runs[0][key] for key in SETTINGS}
+    settings = {key: runs[0].get(key, False) for key in SETTINGS}  # runs before `interleave` ran one at a time
     rows, seen = [], set()
     for run in runs:
-        differ = [key for key in SETTINGS if run[key] != settings[key]]
+        differ = [key for key in SETTINGS if run.get(key, False) != settings[key]]
         if differ:
             raise SystemExit(f"cannot merge runs whose {', '.join(differ)} differ")
         for r in run["rows"]:
@@ -145,6 +145,8 @@ def main() -> None:
     ap.add_argument("--drained", action="store_true", help="run every prompt to its end (times the drain)")
     ap.add_argument("--per-slot", type=int, default=2, help="timed requests per point: this many per slot ...")
     ap.add_argument("--min-requests", type=int, default=8, help="... and at least this many")
+    ap.add_argument("--interleave", action="store_true",
+                    help="run a repeat's configurations together, step by step in turn (workers/closed_loop.py)")
     ap.add_argument("--out", default="benchmarks/results/adaptive_engine_cpu.json")
     ap.add_argument("--tables", metavar="JSON", help="only print the markdown tables of an earlier run")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
@@ -159,9 +161,10 @@ def main() -> None:
         rows = run_bench(["sharegpt", "repetitive"], [int(c) for c in args.concurrency.split(",")], MODES, 7,
                          args.max_tokens, [], args.per_slot, 0, "auto", None, repeat=args.repeat,
                          kv_cache_memory_gb=0.5,
-                         sustained=not args.drained, min_requests=args.min_requests)
+                         sustained=not args.drained, min_requests=args.min_requests, interleave=args.interleave)
         settings = {"modes": MODES, "repeat": args.repeat, "max_tokens": args.max_tokens,
-                    "sustained": not args.drained, "min_requests": args.min_requests, "per_slot": args.per_slot}
+                    "sustained": not args.drained, "min_requests": args.min_requests, "per_slot": args.per_slot,
+                    "interleave": args.interleave}
         data = [r.__dict__ for r in rows]
     summary = summarise(data)
     Path(args.out).write_text(json.dumps({**settings, "summary": summary, "rows": data}, indent=1))

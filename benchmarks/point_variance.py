@@ -11,6 +11,9 @@ cycles) would read for every 3 of those cycles.
 `--misses`: every point of a grid's results where adaptive read < 0.98 x max(no spec, best fixed k), each in turn
 (one JSON per point). A grid of 3 cycles screens; this confirms or clears its misses.
 
+`--interleave`: a cycle's configurations run together, step by step in turn, each timed by its own steps
+(workers/closed_loop.py), so drift within a cycle falls on all of them alike.
+
 `--placebo K`: a second engine of fixed k=K runs in every cycle and is read exactly as adaptive is, against
 max(no spec, every fixed k) with its twin among them. Where several configurations are within noise of each
 other, the max of their noisy samples is biased up, so even an engine identical to the best one reads below
@@ -90,6 +93,8 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=10)
     ap.add_argument("--fixed", default="2,4,7", help="fixed k to run (the grid runs 2,4,7)")
     ap.add_argument("--placebo", type=int, metavar="K", help="also run a second engine of fixed k=K (see above)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="run a cycle's configurations together, step by step in turn (workers/closed_loop.py)")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--per-slot", type=int, default=2)
     ap.add_argument("--out", default=None, help="JSON (default benchmarks/results/point_variance_<point>_cpu.json)")
@@ -108,19 +113,19 @@ def main() -> None:
         out = None if args.misses else args.out
         run_point(method, workload, c, args.cycles, [int(k) for k in args.fixed.split(",")], args.max_tokens,
                   args.per_slot, Path(out or f"benchmarks/results/point_variance_{method}_{workload}_c{c}_cpu.json"),
-                  args.placebo)
+                  args.placebo, args.interleave)
 
 
 def run_point(method: str, workload: str, c: int, cycles: int, fixed: list[int], max_tokens: int, per_slot: int,
-              out: Path, placebo_k: int | None = None) -> None:
+              out: Path, placebo_k: int | None = None, interleave: bool = False) -> None:
     adaptive = f"{method}:7:adaptive"
     placebo = f"{method}:{placebo_k}#placebo" if placebo_k else None
     modes = ["off"] + [f"{method}:{k}" for k in fixed] + [adaptive] + ([placebo] if placebo else [])
     rows = run_bench([workload], [c], modes, 7, max_tokens, [], per_slot, 0, "auto", None, repeat=cycles,
-                     kv_cache_memory_gb=0.5, sustained=True, min_requests=8)
+                     kv_cache_memory_gb=0.5, sustained=True, min_requests=8, interleave=interleave)
     samples = {m: r.samples_tokens_per_s for m, r in zip(modes, rows)}
     result = {"point": {"method": method, "workload": workload, "concurrency": c}, "cycles": cycles,
-              "max_tokens": max_tokens, "per_slot": per_slot, "samples_tokens_per_s": samples,
+              "interleave": interleave, "max_tokens": max_tokens, "per_slot": per_slot, "samples_tokens_per_s": samples,
               **analyse(samples, adaptive, placebo)}
     out.write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "samples_tokens_per_s"}, indent=1), flush=True)

@@ -35,9 +35,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from workers.config import EngineConfig, SamplingParams, SpecConfig
+from workers.closed_loop import ClosedLoop, run_interleaved
+from workers.config import EngineConfig, SpecConfig
 from workers.engine import LLMEngine
-from workers.metrics import LatencyStats, SpecStats
 from workers.workloads import repetitive_prompts, sharegpt_prompts
 
 
@@ -89,46 +89,10 @@ def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_
     they are all in and a slot is free. With `stop_after_tokens`, the prompts are cycled and the run stops at
     the first step by which that many tokens were emitted. The first `untimed` prompts are a warm-up: the
     clock, the counts and the engine's statistics start as the next one enters."""
-    if admit is not None and not untimed < admit <= len(prompts):
-        raise ValueError(f"admit={admit} needs {untimed + 1}..{len(prompts)} prompts")
-    engine.spec_stats, engine.latency = SpecStats(), LatencyStats()
-    engine.runner.pool.reset_prefix_cache()
-    lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
-    supply = [(p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)) for p, n in zip(prompts, lengths)]
-    todo = list(supply[:admit])
-    active: set[str] = set()
-    out_tokens, served, prompt_tokens = 0, 0, 0
-    t0 = time.perf_counter()
-    while (todo or active) and (stop_after_tokens is None or out_tokens < stop_after_tokens):
-        if admit is not None and served == admit and len(active) < concurrency:
-            break
-        while todo and len(active) < concurrency:
-            if served == untimed > 0:  # the warm-up wave is in and a slot is free: the clock starts here
-                engine.spec_stats, engine.latency = SpecStats(), LatencyStats()
-                out_tokens, prompt_tokens, t0 = 0, 0, time.perf_counter()
-            prompt, sp = todo.pop(0)
-            active.add(engine.add_request(prompt, sp))
-            served += 1
-            prompt_tokens += len(prompt)
-            if stop_after_tokens is not None and not todo:
-                todo = list(supply)
-        for o in engine.step():
-            out_tokens += len(o.new_token_ids)
-            if o.finished:
-                active.discard(o.req_id)
-    dt = time.perf_counter() - t0
-    for req_id in active:  # a sustained run ends with every slot busy
-        engine.abort(req_id)
-    engine.step()  # collects the aborted requests
-    s, lat = engine.spec_stats, engine.latency.to_dict()
-    spec = engine.proposer is not None
-    return dict(output_tokens=out_tokens, seconds=dt, output_tokens_per_s=out_tokens / dt,
-                num_requests=served - untimed,
-                prompt_tokens=prompt_tokens,
-                mean_acceptance_length=round(s.mean_acceptance_length, 4) if spec else None,
-                acceptance_per_position=[round(x, 4) for x in s.acceptance_per_position] if spec else None,
-                tokens_per_computed_position=round(s.tokens_per_computed_position, 4),
-                ttft_p50_ms=lat["ttft_p50_ms"], itl_p50_ms=lat["itl_p50_ms"], itl_p99_ms=lat["itl_p99_ms"])
+    loop = ClosedLoop(engine, prompts, concurrency, max_tokens, stop_after_tokens, admit, untimed)
+    while not loop.done():
+        loop.tick()
+    return loop.finish()
 
 
 def run_hf(model, tok, prompts: list[list[int]], concurrency: int, max_tokens: int, lookup_k: int = 0) -> dict:
@@ -161,14 +125,16 @@ def _spec(mode: str, default_k: int) -> SpecConfig:
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None,
               repeat: int = 1, kv_cache_memory_gb: float = 1.0, sustained: bool = False,
-              min_requests: int = 4) -> list[BenchRow]:
+              min_requests: int = 4, interleave: bool = False) -> list[BenchRow]:
     """Every configuration `repeat` times (drained or sustained: see the module doc) over
     max(`prompts_per_slot` x c, `min_requests`) requests per point. The repeats of one (workload, concurrency)
     point run back to back, each cycling through all configurations, so a slow period of this noisy machine
     hits every configuration of the point alike; each row reports the median tokens/s and keeps every
-    sample."""
+    sample. With `interleave`, the configurations of a repeat run together, step by step in turn, each timed
+    by its own steps (workers/closed_loop.py): drift within a repeat then falls on all of them alike too;
+    latencies are not reported."""
     runs = _run_plan(workloads, concurrencies, modes, k, max_tokens, peers, prompts_per_slot, seed, dtype, repeat,
-                     kv_cache_memory_gb, sustained, min_requests)
+                     kv_cache_memory_gb, sustained, min_requests, interleave)
     rows = []
     for group in zip(*runs):
         samples = [g.output_tokens_per_s for g in group]
@@ -197,7 +163,8 @@ _HF: dict[str, object] = {}
 
 def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, repeat: int,
-              kv_cache_memory_gb: float = 1.0, sustained: bool = False, min_requests: int = 4) -> list[list[BenchRow]]:
+              kv_cache_memory_gb: float = 1.0, sustained: bool = False, min_requests: int = 4,
+              interleave: bool = False) -> list[list[BenchRow]]:
     from transformers import AutoModelForCausalLM
 
     engines = {m: _ENGINES.get((m, k, dtype)) or _ENGINES.setdefault(
@@ -225,9 +192,15 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
             lengths = varied_lengths(count, max_tokens, seed) if sustained else max_tokens
             for rep in range(repeat):
                 rows = runs[rep]
+                loops = {}
                 for m, eng in engines.items():
                     run_ours(eng, prompts[:2], 2, 4)  # warm-up
-                    r = run_ours(eng, prompts, c, lengths, admit=count if sustained else None, untimed=warm)
+                    if interleave:
+                        loops[m] = ClosedLoop(eng, prompts, c, lengths, admit=count if sustained else None, untimed=warm)
+                together = dict(zip(loops, run_interleaved(list(loops.values())))) if interleave else {}
+                for m, eng in engines.items():
+                    r = together.get(m) or run_ours(eng, prompts, c, lengths, admit=count if sustained else None,
+                                                    untimed=warm)
                     spec = eng.config.spec
                     mode = spec.method + (f"-{spec.verify}" if spec.method != "off" and spec.verify != "fixed" else "")
                     rows.append(BenchRow("specfleet", mode, eng.k, None, w, c, **r))

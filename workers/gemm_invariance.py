@@ -4,7 +4,8 @@ The batch-invariant forward computes decode and verify rows in linear blocks of 
 (attention.SMALL_ROWS) and relies on a row getting the same bits at every block size M <= 32. Whether it
 does is the CPU kernel's choice, not the dtype's: bf16 held for every weight on the first machines, but on an
 AMD EPYC with avx512_bf16 (no AMX, oneDNN 3.12) every bf16 GEMM with more than 1024 inputs (SmolLM2's down
-projection has 1536) gave some rows other bits from some M on, while 1024 inputs or fewer held at every M.
+projection has 1536) gave some rows other bits from some M on, while most with 1024 inputs or fewer held
+(not all: 64 x 64 failed where 64 x 128 held).
 Splitting such a GEMM along its inputs into equal pieces that hold, as one batched GEMM over the pieces whose
 outputs are summed in fp32, holds too and costs least of the forms tried (measured 2026-12-01, docs/
 performance.md), so the split is used exactly where the plain kernel fails.
@@ -16,8 +17,10 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
+from workers.attention import SMALL_ROWS
+
 MAX_PIECES = 8  # split into at most this many equal pieces of the inputs, fewest (cheapest) first
-CHECK_ROWS = 32  # attention.SMALL_ROWS (not imported: attention imports nothing from here either way)
+CHECK_ROWS = SMALL_ROWS  # the largest block whose rows must hold
 
 
 def k_pieces(w: torch.Tensor,  # [N, K]

@@ -1,0 +1,55 @@
+"""Closed loops stepped together: each engine serves exactly what it would alone, timed by its own steps."""
+import time
+
+from workers.bench import run_ours
+from workers.closed_loop import ClosedLoop, run_interleaved
+from workers.config import EngineConfig
+from workers.engine import LLMEngine
+
+PROMPTS = [[5, 6, 7, 8], [9, 10, 11], [12, 13], [14, 15, 3], [4, 5, 6], [7, 8, 9, 10]]
+LENGTHS = [4, 8, 9, 8, 8, 8]
+
+
+def _engine(model) -> LLMEngine:
+    return LLMEngine(EngineConfig(model=str(model), dtype="float32", kv_cache_memory_gb=0.05))
+
+
+def test_interleaved_loops_serve_what_each_would_alone(tiny_target):
+    alone = run_ours(_engine(tiny_target), PROMPTS, 3, LENGTHS, admit=5, untimed=3)
+    engines = [_engine(tiny_target), _engine(tiny_target)]
+    together = run_interleaved([ClosedLoop(engines[0], PROMPTS, 3, LENGTHS, admit=5, untimed=3),
+                                ClosedLoop(engines[1], PROMPTS[:4], 2, 6)])  # another load, ends earlier
+    assert {k: together[0][k] for k in ("output_tokens", "num_requests", "prompt_tokens")} == \
+        {k: alone[k] for k in ("output_tokens", "num_requests", "prompt_tokens")}
+    assert together[1]["output_tokens"] == 24 and together[1]["num_requests"] == 4
+    assert together[0]["itl_p50_ms"] is None  # wall-clock latencies would include the other engine's steps
+    for e in engines:
+        assert not e.has_unfinished() and e.runner.pool.num_used == 0
+
+
+class _SlowStep:
+    """Wraps an engine so that each of its steps takes at least `seconds` longer."""
+
+    def __init__(self, engine: LLMEngine, seconds: float) -> None:
+        self._engine, self._seconds = engine, seconds
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def __setattr__(self, name, value):
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._engine, name, value)
+
+    def step(self):
+        time.sleep(self._seconds)
+        return self._engine.step()
+
+
+def test_each_engine_is_timed_by_its_own_steps_only(tiny_target):
+    slow, fast = _SlowStep(_engine(tiny_target), 0.05), _engine(tiny_target)
+    a, b = run_interleaved([ClosedLoop(slow, PROMPTS[:3], 3, 8), ClosedLoop(fast, PROMPTS[:3], 3, 8)])
+    assert a["output_tokens"] == b["output_tokens"] == 24
+    steps = 8  # 3 slots, 8 tokens each, one token per request per step (the first from the prefill step)
+    assert a["seconds"] >= steps * 0.05 > 10 * b["seconds"]  # the slow engine's sleeps are not the fast one's
