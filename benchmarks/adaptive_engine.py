@@ -145,7 +145,7 @@ def main() -> None:
     ap.add_argument("--drained", action="store_true", help="run every prompt to its end (times the drain)")
     ap.add_argument("--per-slot", type=int, default=2, help="timed requests per point: this many per slot ...")
     ap.add_argument("--min-requests", type=int, default=8, help="... and at least this many")
-    ap.add_argument("--interleave", action="store_true",
+    ap.add_argument("--interleave", type=int, nargs="?", const=1, default=0, metavar="STEPS",
                     help="run a repeat's configurations together, step by step in turn (workers/closed_loop.py)")
     ap.add_argument("--out", default="benchmarks/results/adaptive_engine_cpu.json")
     ap.add_argument("--tables", metavar="JSON", help="only print the markdown tables of an earlier run")

@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=10)
     ap.add_argument("--fixed", default="2,4,7", help="fixed k to run (the grid runs 2,4,7)")
     ap.add_argument("--placebo", type=int, metavar="K", help="also run a second engine of fixed k=K (see above)")
-    ap.add_argument("--interleave", action="store_true",
+    ap.add_argument("--interleave", type=int, nargs="?", const=1, default=0, metavar="STEPS",
                     help="run a cycle's configurations together, step by step in turn (workers/closed_loop.py)")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--per-slot", type=int, default=2)
@@ -117,7 +117,7 @@ def main() -> None:
 
 
 def run_point(method: str, workload: str, c: int, cycles: int, fixed: list[int], max_tokens: int, per_slot: int,
-              out: Path, placebo_k: int | None = None, interleave: bool = False) -> None:
+              out: Path, placebo_k: int | None = None, interleave: int = 0) -> None:
     adaptive = f"{method}:7:adaptive"
     placebo = f"{method}:{placebo_k}#placebo" if placebo_k else None
     modes = ["off"] + [f"{method}:{k}" for k in fixed] + [adaptive] + ([placebo] if placebo else [])

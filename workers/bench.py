@@ -125,13 +125,13 @@ def _spec(mode: str, default_k: int) -> SpecConfig:
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None,
               repeat: int = 1, kv_cache_memory_gb: float = 1.0, sustained: bool = False,
-              min_requests: int = 4, interleave: bool = False) -> list[BenchRow]:
+              min_requests: int = 4, interleave: int = 0) -> list[BenchRow]:
     """Every configuration `repeat` times (drained or sustained: see the module doc) over
     max(`prompts_per_slot` x c, `min_requests`) requests per point. The repeats of one (workload, concurrency)
     point run back to back, each cycling through all configurations, so a slow period of this noisy machine
     hits every configuration of the point alike; each row reports the median tokens/s and keeps every
-    sample. With `interleave`, the configurations of a repeat run together, step by step in turn, each timed
-    by its own steps (workers/closed_loop.py): drift within a repeat then falls on all of them alike too;
+    sample. With `interleave` = n > 0, the configurations of a repeat run together, n steps each in turn, each
+    timed by its own steps (workers/closed_loop.py): drift within a repeat then falls on all of them alike too;
     latencies are not reported."""
     runs = _run_plan(workloads, concurrencies, modes, k, max_tokens, peers, prompts_per_slot, seed, dtype, repeat,
                      kv_cache_memory_gb, sustained, min_requests, interleave)
@@ -164,7 +164,7 @@ _HF: dict[str, object] = {}
 def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, repeat: int,
               kv_cache_memory_gb: float = 1.0, sustained: bool = False, min_requests: int = 4,
-              interleave: bool = False) -> list[list[BenchRow]]:
+              interleave: int = 0) -> list[list[BenchRow]]:
     from transformers import AutoModelForCausalLM
 
     engines = {m: _ENGINES.get((m, k, dtype)) or _ENGINES.setdefault(
@@ -197,7 +197,7 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
                     run_ours(eng, prompts[:2], 2, 4)  # warm-up
                     if interleave:
                         loops[m] = ClosedLoop(eng, prompts, c, lengths, admit=count if sustained else None, untimed=warm)
-                together = dict(zip(loops, run_interleaved(list(loops.values())))) if interleave else {}
+                together = dict(zip(loops, run_interleaved(list(loops.values()), interleave))) if interleave else {}
                 for m, eng in engines.items():
                     r = together.get(m) or run_ours(eng, prompts, c, lengths, admit=count if sustained else None,
                                                     untimed=warm)

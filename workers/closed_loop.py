@@ -3,7 +3,9 @@
 `bench.run_ours` runs one loop to its end. `run_interleaved` steps several engines' loops in turn (the
 order rotating every round) and times each engine by its own steps only, so a slow period of a noisy machine
 falls on every engine of the comparison alike instead of on whichever ran then. Latencies are not reported
-there: a request's wall-clock time includes the other engines' steps.
+there: a request's wall-clock time includes the other engines' steps. Not yet separated (docs/performance.md,
+"Interleaved cycles"): whether an engine pays for the other engines' steps before each of its own (colder
+caches), which would favour configurations that take fewer steps.
 """
 from __future__ import annotations
 
@@ -76,15 +78,16 @@ class ClosedLoop:
                     itl_p99_ms=lat["itl_p99_ms"] if latencies else None)
 
 
-def run_interleaved(loops: list[ClosedLoop]) -> list[dict]:
-    """Step every loop in turn until all are done (round r starts at loop r mod n); each result's time is
-    its own engine's steps only."""
+def run_interleaved(loops: list[ClosedLoop], steps_per_turn: int = 1) -> list[dict]:
+    """Step every loop in turn, `steps_per_turn` steps a turn, until all are done (round r starts at loop
+    r mod n); each result's time is its own engine's steps only."""
     rnd = 0
     while True:
         live = [loop for loop in loops[rnd % len(loops):] + loops[:rnd % len(loops)] if not loop.done()]
         if not live:
             return [loop.finish(latencies=False) for loop in loops]
         for loop in live:
-            if not loop.done():
-                loop.tick()
+            for _ in range(steps_per_turn):
+                if not loop.done():
+                    loop.tick()
         rnd += 1

@@ -1,6 +1,8 @@
 """Closed loops stepped together: each engine serves exactly what it would alone, timed by its own steps."""
 import time
 
+import pytest
+
 from workers.bench import run_ours
 from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig
@@ -14,11 +16,13 @@ def _engine(model) -> LLMEngine:
     return LLMEngine(EngineConfig(model=str(model), dtype="float32", kv_cache_memory_gb=0.05))
 
 
-def test_interleaved_loops_serve_what_each_would_alone(tiny_target):
+@pytest.mark.parametrize("steps_per_turn", [1, 3])
+def test_interleaved_loops_serve_what_each_would_alone(tiny_target, steps_per_turn):
     alone = run_ours(_engine(tiny_target), PROMPTS, 3, LENGTHS, admit=5, untimed=3)
     engines = [_engine(tiny_target), _engine(tiny_target)]
     together = run_interleaved([ClosedLoop(engines[0], PROMPTS, 3, LENGTHS, admit=5, untimed=3),
-                                ClosedLoop(engines[1], PROMPTS[:4], 2, 6)])  # another load, ends earlier
+                                ClosedLoop(engines[1], PROMPTS[:4], 2, 6)],  # another load, ends earlier
+                               steps_per_turn)
     assert {k: together[0][k] for k in ("output_tokens", "num_requests", "prompt_tokens")} == \
         {k: alone[k] for k in ("output_tokens", "num_requests", "prompt_tokens")}
     assert together[1]["output_tokens"] == 24 and together[1]["num_requests"] == 4
