@@ -1,6 +1,7 @@
 """Adaptive verification on the real engine: SmolLM2-135M with the trained draft and with n-gram, ShareGPT and
 repetitive prompts, concurrency 1..32: no speculation, fixed k in {2, 4, 7}, adaptive (k <= 7). One run,
-configurations interleaved per concurrency, `--repeat` times (medians). Writes JSON and two PNGs.
+configurations interleaved per concurrency, `--repeat` times (medians). Writes JSON and (the whole grid or a
+merge, not a part) two PNGs.
 Sustained rates (every slot refilled, no drain; see workers/bench.py) unless `--drained`, over
 max(`--per-slot` x c, `--min-requests`) requests per point, timed after the first wave. Every configuration of
 a point admits the same prompts. At c=32 a window of 32 requests after the first wave put adaptive at
@@ -168,7 +169,8 @@ def main() -> None:
         data = [r.__dict__ for r in rows]
     summary = summarise(data)
     Path(args.out).write_text(json.dumps({**settings, "summary": summary, "rows": data}, indent=1))
-    plot(data, Path("docs/adaptive_engine_throughput.png"), Path("docs/acceptance_per_position.png"))
+    if args.merge or args.concurrency == ap.get_default("concurrency"):  # a part would overwrite the docs' plots
+        plot(data, Path("docs/adaptive_engine_throughput.png"), Path("docs/acceptance_per_position.png"))
     for s in summary:
         print(json.dumps(s))
 

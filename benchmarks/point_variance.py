@@ -101,6 +101,8 @@ def main() -> None:
     ap.add_argument("--misses", metavar="GRID_JSON", help="run every point where that grid's adaptive missed 0.98")
     ap.add_argument("--table", nargs="+", metavar="JSON", help="only print the docs' table of earlier results")
     args = ap.parse_args()
+    if args.cycles < GRID_REPEAT:
+        ap.error(f"--cycles must be at least {GRID_REPEAT}: a grid point is the median of {GRID_REPEAT} cycles")
     if args.table:
         print(markdown_table([json.loads(Path(f).read_text()) for f in args.table]))
         return
