@@ -34,9 +34,14 @@ FIXED = (2, 4, 7)
 MODES = ["off"] + [f"{m}:{k}" for m in METHODS for k in FIXED] + [f"{m}:7:adaptive" for m in METHODS]
 
 
+def rate(row: dict) -> float:
+    """A row's median tokens/s over its samples (files before 2026-12-01 gave the higher of 2 samples)."""
+    return statistics.median(row.get("samples_tokens_per_s") or [row["output_tokens_per_s"]])
+
+
 def summarise(rows: list[dict]) -> list[dict]:
     """Per proposer, workload and concurrency: adaptive / max(off, best fixed k) and fixed k=7 / off."""
-    tps = {(r["mode"], r["k"], r["workload"], r["concurrency"]): r["output_tokens_per_s"] for r in rows}
+    tps = {(r["mode"], r["k"], r["workload"], r["concurrency"]): rate(r) for r in rows}
     samples = {(r["mode"], r["k"], r["workload"], r["concurrency"]): r.get("samples_tokens_per_s") or
                [r["output_tokens_per_s"]] for r in rows}
     out = []
@@ -65,12 +70,12 @@ def plot(rows: list[dict], throughput_png: Path, acceptance_png: Path) -> None:
     for i, m in enumerate(METHODS):
         for j, w in enumerate(workloads):
             ax = axes[i][j]
-            off = {r["concurrency"]: r["output_tokens_per_s"] for r in rows if r["mode"] == "off" and r["workload"] == w}
+            off = {r["concurrency"]: rate(r) for r in rows if r["mode"] == "off" and r["workload"] == w}
             series = defaultdict(list)
             for r in rows:
                 if r["workload"] == w and r["mode"].split("-")[0] == m:
                     label = "adaptive (k<=7)" if r["mode"].endswith("adaptive") else f"fixed k={r['k']}"
-                    series[label].append((r["concurrency"], r["output_tokens_per_s"] / off[r["concurrency"]]))
+                    series[label].append((r["concurrency"], rate(r) / off[r["concurrency"]]))
             for label, pts in sorted(series.items()):
                 pts.sort()
                 ax.plot([c for c, _ in pts], [v for _, v in pts], "-o" if "adaptive" in label else ":s", label=label,
@@ -102,11 +107,11 @@ def markdown_tables(data: dict) -> str:
     """The docs' tables (tokens/s medians, both ratios) from a results JSON."""
     rows = data["rows"]
     summary = summarise(rows)  # recomputed: older files lack the paired ratio
-    tps = {(r["mode"], r["k"], r["workload"], r["concurrency"]): r["output_tokens_per_s"] for r in rows}
+    tps = {(r["mode"], r["k"], r["workload"], r["concurrency"]): rate(r) for r in rows}
     out = []
     for m, title in (("draft", "trained draft"), ("ngram", "n-gram")):
-        rate = "sustained tokens/s" if data.get("sustained") else "tokens/s, drained"
-        out += [f"**{title}** ({rate}, median of {data['repeat']}):", "",
+        unit = "sustained tokens/s" if data.get("sustained") else "tokens/s, drained"
+        out += [f"**{title}** ({unit}, median of {data['repeat']}):", "",
                 "| workload | c | no spec | k=2 | k=4 | k=7 | adaptive | adaptive / max(no spec, best k) | same, "
                 "paired per cycle | k=7 / no spec |", "|---|---|---|---|---|---|---|---|---|---|"]
         for s in (s for s in summary if s["method"] == m):

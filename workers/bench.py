@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import platform
 import random
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -138,8 +139,10 @@ def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], 
     rows = []
     for group in zip(*runs):
         samples = [g.output_tokens_per_s for g in group]
-        med = sorted(group, key=lambda g: g.output_tokens_per_s)[len(group) // 2]
-        rows.append(BenchRow(**{**asdict(med), "samples_tokens_per_s": [round(x, 2) for x in samples]}))
+        # the middle sample's counts (the lower middle for an even number) and the median tokens/s
+        med = sorted(group, key=lambda g: g.output_tokens_per_s)[(len(group) - 1) // 2]
+        rows.append(BenchRow(**{**asdict(med), "output_tokens_per_s": statistics.median(samples),
+                                "samples_tokens_per_s": [round(x, 2) for x in samples]}))
     if out is not None:
         _write(out, rows, max_tokens, seed, dtype, repeat, sustained)
     return rows

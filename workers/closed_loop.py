@@ -3,9 +3,9 @@
 `bench.run_ours` runs one loop to its end. `run_interleaved` steps several engines' loops in turn (the
 order rotating every round) and times each engine by its own steps only, so a slow period of a noisy machine
 falls on every engine of the comparison alike instead of on whichever ran then. Latencies are not reported
-there: a request's wall-clock time includes the other engines' steps. Not yet separated (docs/performance.md,
-"Interleaved cycles"): whether an engine pays for the other engines' steps before each of its own (colder
-caches), which would favour configurations that take fewer steps.
+there: a request's wall-clock time includes the other engines' steps. An engine's step after another
+engine's costs what one after its own does (0-1% more, benchmarks/interleave_penalty.py), so interleaving
+does not charge the configuration with the most steps for the others.
 """
 from __future__ import annotations
 
