@@ -3,6 +3,8 @@ and verified positions per step, and (adaptive) how the policy's verify lengths 
 
     python benchmarks/profile_steps.py --workload sharegpt --concurrency 32 --modes ngram:2,ngram:7:adaptive
     python benchmarks/profile_steps.py --workload repetitive --concurrency 1 --modes ngram:4,ngram:7,ngram:7:adaptive
+    python benchmarks/profile_steps.py --workload sharegpt --concurrency 16 --modes ngram:4,ngram:7:adaptive \
+        --sustained --prompts-per-slot 2 --rounds 2 --interleave   # the modes in the same minutes
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import statistics
 import time
 
 from workers.bench import _spec, _warmed, run_ours, sustained_plan, workload_prompts
+from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig
 from workers.adaptive import target_table_path
 from workers.cost_table import CostTable, ragged_extra
@@ -96,9 +99,11 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--modes", default="ngram:2,ngram:7:adaptive")
     ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--rounds", type=int, default=1, help="runs per mode (interleaved)")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds; each runs every mode once")
     ap.add_argument("--prompts-per-slot", type=int, default=1, help="requests per concurrency slot")
     ap.add_argument("--sustained", action="store_true", help="refill every slot, no drain (workers/bench.py)")
+    ap.add_argument("--interleave", type=int, nargs="?", const=1, default=0, metavar="STEPS",
+                    help="run a round's modes together, step by step in turn (workers/closed_loop.py)")
     args = ap.parse_args()
     engines = {m: _warmed(LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(m, 7))), args.max_tokens, 0)
                for m in args.modes.split(",")}
@@ -113,25 +118,39 @@ def main() -> None:
     warm, count = sustained_plan(c, n) if args.sustained else (0, n)
     ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, count, 0)]
     for _ in range(args.rounds):
+        for e in engines.values():
+            run_ours(e, ps[:2], 2, 4)  # warm-up
+        if args.interleave:  # all modes in the same minutes, each timed by its own steps (workers/closed_loop.py)
+            probes = {m: instrument(e) for m, e in engines.items()}
+            loops = [ClosedLoop(e, ps, c, L, admit=count if args.sustained else None, untimed=warm)
+                     for e in engines.values()]
+            results = dict(zip(engines, run_interleaved(loops, args.interleave)))
+            for m, e in engines.items():
+                uninstrument(e)
+                report(m, e, results[m], probes[m], table)
+            continue
         for m, e in engines.items():
-            run_ours(e, ps[:2], 2, 4)
             probe = instrument(e)
             r = run_ours(e, ps, c, L, admit=count if args.sustained else None, untimed=warm)
             uninstrument(e)
-            T, k = probe["T"], max(probe["T"]["steps"], 1)
-            ms = {x: round(T[x] / k * 1e3, 1) for x in ("step", "fwd", "prop", "trim", "verify")}
-            pure = probe["decode_steps"]
-            pure_s = sum(x[3] for x in pure)
-            print(f"{m}: {r['output_tokens_per_s']:.1f} tok/s, {k} steps, ms/step {ms}, tokens/step "
-                  f"{T['tok'] / k:.1f}, forward of pure decode steps {len(pure)} x {pure_s / max(len(pure), 1) * 1e3:.1f}"
-                  f" ms, of the others {k - len(pure)} x {(T['fwd'] - pure_s) / max(k - len(pure), 1) * 1e3:.1f} ms"
-                  f", verified/step {T['vpos'] / k:.2f}, MAL {r['mean_acceptance_length']}, "
-                  f"acc/pos {r['acceptance_per_position']}"
-                  + (f", verify lengths {dict(sorted(probe['lengths'].items()))}; steps that also prefill: "
-                     f"{T['mixed_steps']}, drafting {T['mixed_prop'] * 1e3:.0f} ms of {T['prop'] * 1e3:.0f}, "
-                     f"verified {T['mixed_vpos']} of {T['vpos']}" if e.adaptive else "")
-                  + (f"; {table_check(probe['decode_steps'], table)}" if table else ""), flush=True)
+            report(m, e, r, probe, table)
 
+
+def report(m: str, e: LLMEngine, r: dict, probe: dict, table: CostTable | None) -> None:
+    T, k = probe["T"], max(probe["T"]["steps"], 1)
+    ms = {x: round(T[x] / k * 1e3, 1) for x in ("step", "fwd", "prop", "trim", "verify")}
+    ms["other"] = round(ms["step"] - ms["fwd"] - ms["prop"] - ms["trim"] - ms["verify"], 1)
+    pure = probe["decode_steps"]
+    pure_s = sum(x[3] for x in pure)
+    print(f"{m}: {r['output_tokens_per_s']:.1f} tok/s, {k} steps, ms/step {ms}, tokens/step "
+          f"{T['tok'] / k:.1f}, forward of pure decode steps {len(pure)} x {pure_s / max(len(pure), 1) * 1e3:.1f}"
+          f" ms, of the others {k - len(pure)} x {(T['fwd'] - pure_s) / max(k - len(pure), 1) * 1e3:.1f} ms"
+          f", verified/step {T['vpos'] / k:.2f}, MAL {r['mean_acceptance_length']}, "
+          f"acc/pos {r['acceptance_per_position']}"
+          + (f", verify lengths {dict(sorted(probe['lengths'].items()))}; steps that also prefill: "
+             f"{T['mixed_steps']}, drafting {T['mixed_prop'] * 1e3:.0f} ms of {T['prop'] * 1e3:.0f}, "
+             f"verified {T['mixed_vpos']} of {T['vpos']}" if e.adaptive else "")
+          + (f"; {table_check(probe['decode_steps'], table)}" if table else ""), flush=True)
 
 if __name__ == "__main__":
     main()
