@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from workers.bench import _spec, _warmed, sustained_plan, varied_lengths, workload_prompts
-from workers.closed_loop import ClosedLoop
+from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig
 from workers.engine import LLMEngine
 from workers.metrics import percentile
@@ -40,26 +40,20 @@ def instrument(engine: LLMEngine, log: list[tuple[int, float]]) -> None:
     engine.runner.run = timed
 
 
-def run(loops: dict[str, ClosedLoop], logs: dict[str, list], steps: int) -> dict[str, list[tuple[bool, int, float, float]]]:
-    """Interleave like run_interleaved; per engine: (first in its turn, rows, tick s, forward s) per step."""
+def run(loops: dict[str, ClosedLoop], logs: dict[str, list], steps: int) -> tuple[dict[str, list], dict[str, dict]]:
+    """run_interleaved; per engine its result and, per step, (first in its turn, rows, tick s, forward s)."""
     out: dict[str, list] = defaultdict(list)
-    names, rnd = list(loops), 0
-    while True:
-        order = names[rnd % len(names):] + names[:rnd % len(names)]
-        live = [m for m in order if not loops[m].done()]
-        if not live:
-            return out
-        for m in live:
-            for i in range(steps):
-                if loops[m].done():
-                    break
-                n, t = len(logs[m]), time.perf_counter()
-                loops[m].tick()
-                dt = time.perf_counter() - t
-                if len(logs[m]) == n + 1:  # one forward ran in this tick
-                    rows, fwd = logs[m][-1]
-                    out[m].append((i == 0 and len(live) > 1, rows, dt, fwd))
-        rnd += 1
+    name = {id(loop): m for m, loop in loops.items()}
+    seen = {m: len(logs[m]) for m in loops}
+
+    def on_tick(loop: ClosedLoop, after_another: bool, seconds: float) -> None:
+        m = name[id(loop)]
+        if len(logs[m]) == seen[m] + 1:  # one forward ran in this tick
+            rows, fwd = logs[m][-1]
+            out[m].append((after_another, rows, seconds, fwd))
+        seen[m] = len(logs[m])
+    results = run_interleaved(list(loops.values()), steps, on_tick)
+    return out, dict(zip(loops, results))
 
 
 def penalty(records: list[tuple[bool, int, float, float]], field: int) -> dict:
@@ -106,10 +100,10 @@ def main() -> None:
     tokens_per_s: dict[str, list[float]] = defaultdict(list)
     for cycle in range(args.cycles):
         loops = {m: ClosedLoop(engines[m], prompts, c, lengths, admit=count, untimed=warm) for m in modes}
-        for m, recs in run(loops, logs, args.steps).items():
-            records[m] += recs
-        for m, loop in loops.items():
-            tokens_per_s[m].append(round(loop.finish(latencies=False)["output_tokens_per_s"], 2))
+        recs, results = run(loops, logs, args.steps)
+        for m in modes:
+            records[m] += recs[m]
+            tokens_per_s[m].append(round(results[m]["output_tokens_per_s"], 2))
         print(f"cycle {cycle + 1}/{args.cycles}: " + ", ".join(f"{m} {tokens_per_s[m][-1]}" for m in modes), flush=True)
     result = {"point": {"method": args.method, "workload": args.workload, "concurrency": c}, "steps_per_turn": args.steps,
               "cycles": args.cycles, "tokens_per_s": tokens_per_s,

@@ -118,9 +118,9 @@ def main() -> None:
     warm, count = sustained_plan(c, n) if args.sustained else (0, n)
     ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, count, 0)]
     for _ in range(args.rounds):
-        for e in engines.values():
-            run_ours(e, ps[:2], 2, 4)  # warm-up
-        if args.interleave:  # all modes in the same minutes, each timed by its own steps (workers/closed_loop.py)
+        if args.interleave:
+            for e in engines.values():
+                run_ours(e, ps[:2], 2, 4)  # warm-up  # all modes in the same minutes, each timed by its own steps (workers/closed_loop.py)
             probes = {m: instrument(e) for m, e in engines.items()}
             loops = [ClosedLoop(e, ps, c, L, admit=count if args.sustained else None, untimed=warm)
                      for e in engines.values()]
@@ -130,6 +130,7 @@ def main() -> None:
                 report(m, e, results[m], probes[m], table)
             continue
         for m, e in engines.items():
+            run_ours(e, ps[:2], 2, 4)  # warm-up
             probe = instrument(e)
             r = run_ours(e, ps, c, L, admit=count if args.sustained else None, untimed=warm)
             uninstrument(e)

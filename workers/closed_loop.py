@@ -10,6 +10,7 @@ does not charge the configuration with the most steps for the others.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from workers.config import SamplingParams
 from workers.metrics import LatencyStats, SpecStats
@@ -78,16 +79,22 @@ class ClosedLoop:
                     itl_p99_ms=lat["itl_p99_ms"] if latencies else None)
 
 
-def run_interleaved(loops: list[ClosedLoop], steps_per_turn: int = 1) -> list[dict]:
+def run_interleaved(loops: list[ClosedLoop], steps_per_turn: int = 1,
+                    on_tick: Callable[[ClosedLoop, bool, float], None] | None = None) -> list[dict]:
     """Step every loop in turn, `steps_per_turn` steps a turn, until all are done (round r starts at loop
-    r mod n); each result's time is its own engine's steps only."""
+    r mod n); each result's time is its own engine's steps only. `on_tick(loop, after_another, seconds)`
+    sees every tick: `after_another` when the tick opened a turn that followed another engine's."""
     rnd = 0
     while True:
         live = [loop for loop in loops[rnd % len(loops):] + loops[:rnd % len(loops)] if not loop.done()]
         if not live:
             return [loop.finish(latencies=False) for loop in loops]
         for loop in live:
-            for _ in range(steps_per_turn):
-                if not loop.done():
-                    loop.tick()
+            for i in range(steps_per_turn):
+                if loop.done():
+                    break
+                t = time.perf_counter()
+                loop.tick()
+                if on_tick is not None:
+                    on_tick(loop, i == 0 and len(live) > 1, time.perf_counter() - t)
         rnd += 1

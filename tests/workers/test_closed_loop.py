@@ -57,3 +57,14 @@ def test_each_engine_is_timed_by_its_own_steps_only(tiny_target):
     assert a["output_tokens"] == b["output_tokens"] == 24
     steps = 8  # 3 slots, 8 tokens each, one token per request per step (the first from the prefill step)
     assert a["seconds"] >= steps * 0.05 > 10 * b["seconds"]  # the slow engine's sleeps are not the fast one's
+
+
+def test_on_tick_sees_every_tick_and_which_ones_opened_a_turn_after_another_engine(tiny_target):
+    loops = [ClosedLoop(_engine(tiny_target), PROMPTS[:3], 3, 8), ClosedLoop(_engine(tiny_target), PROMPTS[:1], 1, 4)]
+    seen = []
+    run_interleaved(loops, 3, lambda loop, after_another, s: seen.append((loops.index(loop), after_another)))
+    # 8 steps of the first loop, 4 of the second: turns of 3 while both run, then the first alone
+    assert [i for i, _ in seen].count(0) == 8 and [i for i, _ in seen].count(1) == 4
+    opened = [i for i, (_, after) in enumerate(seen) if after]
+    assert seen[:6] == [(0, True), (0, False), (0, False), (1, True), (1, False), (1, False)]
+    assert all(not after for _, after in seen[opened[-1] + 1:])  # alone, no tick follows another engine's
