@@ -70,6 +70,14 @@ def instrument(e: LLMEngine) -> dict:
     return {"T": T, "lengths": lengths, "decode_steps": decode_steps}
 
 
+def reset(probe: dict) -> None:
+    """Forget what `instrument` counted so far: the untimed first wave of a sustained run (its tokens/s
+    already leave it out; its step counts and times used to count it)."""
+    probe["T"].clear()
+    probe["lengths"].clear()
+    probe["decode_steps"].clear()
+
+
 def uninstrument(e: LLMEngine) -> None:
     """Undo `instrument`: the engine's own methods again."""
     for obj, name in ((e.runner, "run"), (e, "_propose"), (e, "_verify"), (e, "step")):
@@ -122,8 +130,8 @@ def main() -> None:
             for e in engines.values():
                 run_ours(e, ps[:2], 2, 4)  # warm-up  # all modes in the same minutes, each timed by its own steps (workers/closed_loop.py)
             probes = {m: instrument(e) for m, e in engines.items()}
-            loops = [ClosedLoop(e, ps, c, L, admit=count if args.sustained else None, untimed=warm)
-                     for e in engines.values()]
+            loops = [ClosedLoop(e, ps, c, L, admit=count if args.sustained else None, untimed=warm,
+                                on_clock_start=lambda p=probes[m]: reset(p)) for m, e in engines.items()]
             results = dict(zip(engines, run_interleaved(loops, args.interleave)))
             for m, e in engines.items():
                 uninstrument(e)
@@ -132,7 +140,11 @@ def main() -> None:
         for m, e in engines.items():
             run_ours(e, ps[:2], 2, 4)  # warm-up
             probe = instrument(e)
-            r = run_ours(e, ps, c, L, admit=count if args.sustained else None, untimed=warm)
+            loop = ClosedLoop(e, ps, c, L, admit=count if args.sustained else None, untimed=warm,
+                              on_clock_start=lambda p=probe: reset(p))
+            while not loop.done():
+                loop.tick()
+            r = loop.finish()
             uninstrument(e)
             report(m, e, r, probe, table)
 

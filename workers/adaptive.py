@@ -153,8 +153,7 @@ class AdaptiveVerifier:
             else:
                 caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens,
                                              self._base_emitted(plan, B + prefill_tokens), self.overhead_s,
-                                             self.draft_cost.lookup(B, B), self._catch_up_row_s(B) * extra,
-                                             prefill_tokens)
+                                             self.draft_cost.lookup(B, B), self._catch_up_row_s(B) * extra)
                 self._idle_key, self._idle_plans = (None if bool(caps.any()) else key), 0
             # a probe's estimates reset the idle plan (`_remember`)
             caps = self._maybe_probe(caps, n, extra, (B + len(plan.prefills), B + prefill_tokens))
@@ -237,8 +236,7 @@ class AdaptiveVerifier:
         prefill_tokens = sum(c for _, c in plan.prefills)
         base_tokens = len(plan.decodes) + prefill_tokens
         lengths = choose_verify_lengths(scores, self.cost, len(plan.decodes) + len(plan.prefills), base_tokens,
-                                        self._base_emitted(plan, base_tokens), self.overhead_s,
-                                        prefill_tokens=prefill_tokens)
+                                        self._base_emitted(plan, base_tokens), self.overhead_s)
         lengths = self._maybe_explore(lengths, n)
         self.offered_positions += int(n.sum())
         proposal.num_drafts = torch.minimum(n, lengths)

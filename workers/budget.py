@@ -38,16 +38,8 @@ def choose_verify_lengths(
     fixed_s: float = 0.0,  # per-step time outside the target's forward (host work, sampling)
     draft_step_s: float = 0.0,  # seconds per draft iteration: > 0 when choosing how deep to DRAFT
     request_s: torch.Tensor | None = None,  # [B] seconds a request adds if it drafts at all (its catch-up)
-    prefill_tokens: int = 0,  # tokens of prefill chunks in the step (included in base_tokens)
 ) -> torch.Tensor:  # [B] verify (or draft) length per request
-    """With `prefill_tokens` > 0 (a mixed step), verified rows are priced as rows of the B decoding requests
-    alone (their marginal on the table's decode curve) and without the ragged cost: the chunks run as their
-    own GEMM blocks and already take the step off the uniform decode path. Reading the mixed step's tokens
-    on the decode curve priced each verified row at ~1.2 ms plus the ~15 ms ragged cost; measured at 16
-    requests with a 256-token chunk (context 256), 15 x 1 + 1 x 2, 15 x 1 + 1 x 8 and 12 x 1 + 4 x 5 rows all
-    cost what 16 x 1 does (369-373 ms), and 16 x 2 8 ms more.
-
-    With `draft_step_s`, the same choice prices drafting too: taking positions up to depth d costs d
+    """With `draft_step_s`, the same choice prices drafting too: taking positions up to depth d costs d
     draft iterations (the drafter runs one batched iteration per position). The best set is then not always
     a prefix of the survival ranking (one confident request's 6th position makes everyone pay 6 iterations),
     so the ranking is also searched under every depth cap d = 1..K and the best cap wins.
@@ -65,11 +57,7 @@ def choose_verify_lengths(
     flat = scores.detach().cpu().double().flatten().numpy()
     order = _ranked(flat, K)  # [n] every candidate position, best first
     n = len(order)
-    if prefill_tokens > 0:  # the step without drafts, plus the drafts' rows as decode rows (see above)
-        step_s = (cost.lookup(num_requests, base_tokens) + fixed_s - cost.lookup(B, B)
-                  + cost.lookup_array(B, B + np.arange(n + 1)))
-    else:
-        step_s = cost.lookup_array(num_requests, base_tokens + np.arange(n + 1)) + fixed_s  # by positions taken
+    step_s = cost.lookup_array(num_requests, base_tokens + np.arange(n + 1)) + fixed_s  # by positions taken
     if n == 0:
         return none
     # every (catch-up limit, depth cap) at once: which ranked positions each may take  [L, C, n]
@@ -85,7 +73,7 @@ def choose_verify_lengths(
     tokens = base_emitted + (flat[order] * take).cumsum(-1)
     deepest = np.maximum.accumulate(depth * take, axis=-1)  # the longest verify among the positions taken
     seconds = step_s[count]
-    if cost.ragged and not prefill_tokens:  # unless every request verifies the same count, the step is ragged (see cost_table.py)
+    if cost.ragged:  # unless every request verifies the same count, the step is ragged (see cost_table.py)
         ragged = (count > 0) & (count < B * deepest)
         seconds = seconds + ragged * cost.ragged_array(num_requests, np.arange(K + 1))[deepest]
     if draft_step_s > 0:

@@ -17,14 +17,18 @@ from workers.metrics import LatencyStats, SpecStats
 
 
 class ClosedLoop:
-    """See bench.run_ours for the arguments. `tick` admits into free slots and runs one engine step."""
+    """See bench.run_ours for the arguments. `tick` admits into free slots and runs one engine step.
+    `on_clock_start` is called when the untimed warm-up wave is over and the clock starts (a profiler resets
+    its own counts there, so they cover the timed steps only)."""
 
     def __init__(self, engine, prompts: list[list[int]], concurrency: int, max_tokens: int | list[int],
-                 stop_after_tokens: int | None = None, admit: int | None = None, untimed: int = 0) -> None:
+                 stop_after_tokens: int | None = None, admit: int | None = None, untimed: int = 0,
+                 on_clock_start: Callable[[], None] | None = None) -> None:
         if admit is not None and not untimed < admit <= len(prompts):
             raise ValueError(f"admit={admit} needs {untimed + 1}..{len(prompts)} prompts")
         self.engine, self.concurrency = engine, concurrency
         self.stop_after_tokens, self.admit, self.untimed = stop_after_tokens, admit, untimed
+        self.on_clock_start = on_clock_start
         engine.spec_stats, engine.latency = SpecStats(), LatencyStats()
         engine.runner.pool.reset_prefix_cache()
         lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
@@ -48,6 +52,8 @@ class ClosedLoop:
             if self.served == self.untimed > 0:  # the warm-up wave is in and a slot is free: the clock starts here
                 e.spec_stats, e.latency = SpecStats(), LatencyStats()
                 self.out_tokens = self.prompt_tokens = 0
+                if self.on_clock_start is not None:
+                    self.on_clock_start()
                 self.busy, t = 0.0, time.perf_counter()
             prompt, sp = self.todo.pop(0)
             self.active.add(e.add_request(prompt, sp))

@@ -163,19 +163,6 @@ def test_a_ragged_step_must_pay_for_itself_a_uniform_one_does_not_pay_it():
     assert uniform.min() > 0 and uniform.min() == uniform.max()
 
 
-def test_a_step_that_also_prefills_prices_drafts_as_decode_rows_without_the_ragged_cost():
-    """Next to a prefill chunk the step is already off the uniform decode path: the doubtful draft that a
-    pure decode step drops for its raggedness pays there. Its rows are read on the decode curve of the B
-    decoding requests, not at the mixed step's token count (where this table's slope is 10x steeper)."""
-    table = CostTable({(4, t): 0.040 + 0.002 * t for t in (4, 8, 16)} | {(4, t): 0.020 * t for t in (64, 256)},
-                      ragged={(4, 1): 0.006, (4, 7): 0.012})
-    one = survival(torch.tensor([[0.6, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]), torch.tensor([1, 0, 0, 0]))
-    assert choose_verify_lengths(one, table, 4, 4, 4.0).tolist() == [0, 0, 0, 0]
-    worth = 4 * table.lookup(5, 4 + 128) / table.lookup(4, 4)  # the step's work at the decode rate (adaptive.py)
-    assert choose_verify_lengths(one, table, 5, 4 + 128, worth).tolist() == [0, 0, 0, 0]  # mixed, read as decode
-    assert choose_verify_lengths(one, table, 5, 4 + 128, worth, prefill_tokens=128).tolist() == [1, 0, 0, 0]
-
-
 def test_cost_curve_is_made_monotone():
     t = CostTable({(1, 1): 0.040, (1, 2): 0.042, (1, 3): 0.048, (1, 5): 0.039, (1, 9): 0.042})
     curve = [t.lookup(1, n) for n in (1, 2, 3, 5, 9)]

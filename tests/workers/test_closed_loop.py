@@ -68,3 +68,18 @@ def test_on_tick_sees_every_tick_and_which_ones_opened_a_turn_after_another_engi
     opened = [i for i, (_, after) in enumerate(seen) if after]
     assert seen[:6] == [(0, True), (0, False), (0, False), (1, True), (1, False), (1, False)]
     assert all(not after for _, after in seen[opened[-1] + 1:])  # alone, no tick follows another engine's
+
+
+def test_clock_start_hook_runs_once_as_the_timed_part_begins(tiny_target):
+    """A profiler's counts reset there; without a warm-up wave there is no clock start to announce."""
+    starts: list[int] = []
+    loop = ClosedLoop(_engine(tiny_target), PROMPTS, 3, LENGTHS, admit=5, untimed=3,
+                      on_clock_start=lambda: starts.append(loop.served))
+    while not loop.done():
+        loop.tick()
+    assert starts == [3]  # once, when the 4th prompt (the first timed one) is about to enter
+    none: list[int] = []
+    run = ClosedLoop(_engine(tiny_target), PROMPTS[:3], 3, 8, on_clock_start=lambda: none.append(1))
+    while not run.done():
+        run.tick()
+    assert none == []
