@@ -140,11 +140,8 @@ def main() -> None:
         for m, e in engines.items():
             run_ours(e, ps[:2], 2, 4)  # warm-up
             probe = instrument(e)
-            loop = ClosedLoop(e, ps, c, L, admit=count if args.sustained else None, untimed=warm,
-                              on_clock_start=lambda p=probe: reset(p))
-            while not loop.done():
-                loop.tick()
-            r = loop.finish()
+            r = run_ours(e, ps, c, L, admit=count if args.sustained else None, untimed=warm,
+                         on_clock_start=lambda p=probe: reset(p))
             uninstrument(e)
             report(m, e, r, probe, table)
 

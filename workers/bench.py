@@ -25,6 +25,8 @@ its prompt lookup (assisted generation) only supports batch size 1, so it runs o
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import json
 import platform
 import random
@@ -84,13 +86,14 @@ def varied_lengths(count: int, mean: int, seed: int) -> list[int]:
 
 
 def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_tokens: int | list[int],
-             stop_after_tokens: int | None = None, admit: int | None = None, untimed: int = 0) -> dict:
+             stop_after_tokens: int | None = None, admit: int | None = None, untimed: int = 0,
+             on_clock_start: Callable[[], None] | None = None) -> dict:
     """Closed loop over `prompts` (`max_tokens`: for every request, or one per prompt). With `admit`, the first
     `admit` prompts are served and the run stops (in-flight requests aborted) at the first step after which
     they are all in and a slot is free. With `stop_after_tokens`, the prompts are cycled and the run stops at
     the first step by which that many tokens were emitted. The first `untimed` prompts are a warm-up: the
     clock, the counts and the engine's statistics start as the next one enters."""
-    loop = ClosedLoop(engine, prompts, concurrency, max_tokens, stop_after_tokens, admit, untimed)
+    loop = ClosedLoop(engine, prompts, concurrency, max_tokens, stop_after_tokens, admit, untimed, on_clock_start)
     while not loop.done():
         loop.tick()
     return loop.finish()
