@@ -17,10 +17,12 @@ from workers.cost_table import CostTable
 
 
 def _table() -> CostTable:
-    """Staircase in 32-row blocks, ~4 ms per block on top of 10 ms (roughly this CPU's target at c=32)."""
+    """Staircase in 32-row blocks, ~4 ms per block on top of 10 ms (roughly this CPU's target at c=32), a
+    ragged step's cost and 3 ms per query-length group beyond two."""
     cells = {(r, r * (1 + e)): 0.010 + 0.004 * -(-r * (1 + e) // 32) for r in (1, 2, 4, 8, 16, 32, 64, 128, 256)
              for e in (0, 1, 2, 4, 8)}
-    return CostTable(cells, row_block=32)
+    ragged = {(r, e): 0.010 + 0.001 * e for r in (2, 4, 8, 16, 32, 64, 128, 256) for e in (1, 7)}
+    return CostTable(cells, ragged=ragged, row_block=32, group_s=0.003)  # every term of the verify choice
 
 
 def _timed(fn: Callable[[], object], repeat: int) -> tuple[float, float]:

@@ -1,5 +1,8 @@
 """Where an engine step's time goes, per configuration: forward, proposer, adaptive trim, verification, tokens
-and verified positions per step, and (adaptive) how the policy's verify lengths were spread.
+and verified positions per step, and (adaptive) how the policy's verify lengths were spread. Steps that also
+prefill and decode-only steps are reported apart (tokens emitted and forward time per step), and for an
+adaptive engine, what the drafts it cut would have added: the runs are greedy, so a draft token would have
+been accepted exactly when it equals the token the request emitted at that position (`cut_report`).
 
     python benchmarks/profile_steps.py --workload sharegpt --concurrency 32 --modes ngram:2,ngram:7:adaptive
     python benchmarks/profile_steps.py --workload repetitive --concurrency 1 --modes ngram:4,ngram:7,ngram:7:adaptive
@@ -25,6 +28,8 @@ def instrument(e: LLMEngine) -> dict:
     T = collections.Counter()
     lengths: collections.Counter = collections.Counter()
     decode_steps: list[tuple[int, int, int, float]] = []  # (requests, tokens, ragged extra rows, forward seconds)
+    kinds = collections.defaultdict(collections.Counter)  # "prefill" | "decode" -> steps, tokens emitted, fwd s
+    drafts: list[tuple] = []  # adaptive: (request, its length then, draft tokens, verified, step also prefilled)
     rr, pp, vv, st = e.runner.run, e._propose, e._verify, e.step
 
     def timed(key, fn):
@@ -39,14 +44,23 @@ def instrument(e: LLMEngine) -> dict:
         T["tok"] += sum(len(c.token_ids) for c in chunks)
         t = time.perf_counter()
         out = timed("fwd", rr)(chunks, **kw)
-        if all(c.num_logits == len(c.token_ids) for c in chunks):  # a pure decode/verify step
+        T["last_fwd"] = time.perf_counter() - t
+        T["last_pure"] = all(c.num_logits == len(c.token_ids) for c in chunks)
+        if T["last_pure"]:  # a pure decode/verify step
             rows = [len(c.token_ids) for c in chunks]
             decode_steps.append((len(chunks), sum(rows), ragged_extra(rows), time.perf_counter() - t))
         return out
 
     def step():
         T["steps"] += 1
-        return timed("step", st)()
+        T["last_fwd"] = -1.0
+        outs = timed("step", st)()
+        if T["last_fwd"] >= 0:
+            kind = kinds["decode" if T["last_pure"] else "prefill"]
+            kind["steps"] += 1
+            kind["tokens"] += sum(len(o.new_token_ids) for o in outs)
+            kind["fwd"] += T["last_fwd"]
+        return outs
 
     def propose(decodes):
         before = T["prop"]
@@ -59,7 +73,11 @@ def instrument(e: LLMEngine) -> dict:
         tr = e.adaptive.trim
 
         def trim(p, plan):
+            offered = p.num_drafts.tolist()
             timed("trim", tr)(p, plan)
+            for (req, _), n0, n1, row in zip(plan.decodes, offered, p.num_drafts.tolist(), p.draft_tokens.tolist()):
+                if n0:
+                    drafts.append((req, len(req.tokens), row[:n0], n1, bool(plan.prefills)))
             T["vpos"] += int(p.num_drafts.sum())
             lengths.update(p.num_drafts.tolist())
             if plan.prefills:  # steps that also prefill: where a draft first catches up on whole prompts
@@ -67,7 +85,7 @@ def instrument(e: LLMEngine) -> dict:
                 T["mixed_prop"] += T["last_prop"]
                 T["mixed_vpos"] += int(p.num_drafts.sum())
         e.adaptive.trim = trim
-    return {"T": T, "lengths": lengths, "decode_steps": decode_steps}
+    return {"T": T, "lengths": lengths, "decode_steps": decode_steps, "kinds": kinds, "drafts": drafts}
 
 
 def reset(probe: dict) -> None:
@@ -76,6 +94,8 @@ def reset(probe: dict) -> None:
     probe["T"].clear()
     probe["lengths"].clear()
     probe["decode_steps"].clear()
+    probe["kinds"].clear()
+    probe["drafts"].clear()
 
 
 def uninstrument(e: LLMEngine) -> None:
@@ -99,6 +119,26 @@ def table_check(steps: list[tuple[int, int, int, float]], table: CostTable) -> s
     med = lambda xs: f"{statistics.median(xs):.2f} (n={len(xs)})" if xs else "-"  # noqa: E731
     return (f"observed/table: 1 token each {med(base)}, uniform drafts {med(uniform)}, ragged {med(ragged)} "
             f"({med(flat)} without the ragged cells)")
+
+
+def cut_report(drafts: list[tuple], fixed_k: int = 4) -> str:
+    """What the adaptive engine's cuts cost, in steps that also prefill and in decode-only steps: drafted,
+    verified and accepted positions, and how many more would have been accepted had every draft (or the
+    first `fixed_k` of each) been verified. Greedy runs only: a request's later tokens are what it emitted."""
+    out = []
+    for mixed, name in ((True, "steps that also prefill"), (False, "decode-only steps")):
+        n = v = a = all_a = k_a = 0
+        for req, at, toks, verified, m in drafts:
+            if m != mixed:
+                continue
+            run = 0
+            while run < len(toks) and at + run < len(req.tokens) and req.tokens[at + run] == toks[run]:
+                run += 1
+            n, v, a = n + len(toks), v + verified, a + min(run, verified)
+            all_a, k_a = all_a + run, k_a + min(run, fixed_k)
+        out.append(f"{name}: drafted {n}, verified {v}, accepted {a} (all drafts verified: {all_a}, "
+                   f"the first {fixed_k}: {k_a})")
+    return "; ".join(out)
 
 
 def main() -> None:
@@ -161,6 +201,12 @@ def report(m: str, e: LLMEngine, r: dict, probe: dict, table: CostTable | None) 
              f"{T['mixed_steps']}, drafting {T['mixed_prop'] * 1e3:.0f} ms of {T['prop'] * 1e3:.0f}, "
              f"verified {T['mixed_vpos']} of {T['vpos']}" if e.adaptive else "")
           + (f"; {table_check(probe['decode_steps'], table)}" if table else ""), flush=True)
+    for name, kind in sorted(probe["kinds"].items()):
+        k = max(kind["steps"], 1)
+        print(f"    {name} steps: {kind['steps']}, tokens/step {kind['tokens'] / k:.2f}, "
+              f"forward {kind['fwd'] / k * 1e3:.1f} ms/step")
+    if probe["drafts"]:
+        print(f"    cuts: {cut_report(probe['drafts'])}")
 
 if __name__ == "__main__":
     main()

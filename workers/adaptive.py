@@ -14,7 +14,7 @@ import torch
 
 from workers.attention import SMALL_ROWS
 from workers.budget import choose_verify_lengths, survival
-from workers.cost_table import CostTable, hardware_key, load_or_measure
+from workers.cost_table import CostTable, GroupCostFit, hardware_key, load_or_measure
 from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
 from workers.model_runner import ModelRunner, StepChunk
 from workers.model_store import cache_dir
@@ -94,6 +94,7 @@ class AdaptiveVerifier:
         self._verified_last: dict[str, tuple[int, int]] = {}  # req_id -> its last (verified, accepted) drafts
         self._step_times: dict[tuple[int, int], list[float]] = {}  # (requests, tokens) -> [seconds summed, steps]
         self._step_times_n = 0
+        self._groups = GroupCostFit()  # the cost of query-length groups beyond two (cost.group_s)
 
     @classmethod
     def build(cls, engine: "LLMEngine") -> "AdaptiveVerifier":
@@ -235,8 +236,11 @@ class AdaptiveVerifier:
         scores = survival(probs, n)
         prefill_tokens = sum(c for _, c in plan.prefills)
         base_tokens = len(plan.decodes) + prefill_tokens
+        # drafts already made: next to a prefill chunk their rows are priced as decode rows (budget.py); the
+        # depth plan does not do so, as a draft model's catch-up rows there are not free
         lengths = choose_verify_lengths(scores, self.cost, len(plan.decodes) + len(plan.prefills), base_tokens,
-                                        self._base_emitted(plan, base_tokens), self.overhead_s)
+                                        self._base_emitted(plan, base_tokens), self.overhead_s,
+                                        prefill_tokens=prefill_tokens)
         lengths = self._maybe_explore(lengths, n)
         self.offered_positions += int(n.sum())
         proposal.num_drafts = torch.minimum(n, lengths)
@@ -287,14 +291,21 @@ class AdaptiveVerifier:
 
     def observe_step(self, wall_s: float, forward_s: float, draft_s: float, requests: int, tokens: int,
                      pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0,
-                     ragged_extra: int = 0) -> None:
+                     ragged_extra: int = 0, extra_groups: int = 0) -> None:
         """Refresh the cost model from a finished step: the target's forward (pure decode steps only:
         prefill chunks lie far outside the grid, at other context lengths; a ragged step, whose longest
-        request computed 1 + `ragged_extra` rows, less the table's ragged cost, so it refreshes the uniform
-        cells it is read from), the drafter's time (it ran `draft_depth` batched iterations for
+        request computed 1 + `ragged_extra` rows, less the table's ragged cost and the fitted cost of its
+        `extra_groups` query-length groups beyond two, so it refreshes the uniform cells it is read from),
+        the drafter's time (it ran `draft_depth` batched iterations for
         `draft_requests` requests, the first with the catch-up rows planned for them), and the host overhead."""
         if pure_decode:
             ragged_s = float(self.cost.ragged_array(requests, ragged_extra)) if ragged_extra > 0 else 0.0
+            if ragged_extra > 0:
+                residual = forward_s - ragged_s - self.cost.lookup(requests, tokens)
+                fitted = self._groups.observe(extra_groups, residual)
+                if fitted is not None:
+                    self.cost.group_s = fitted
+                ragged_s += self.cost.group_s * extra_groups
             self._observe_target(requests, tokens, max(forward_s - ragged_s, 0.5 * forward_s))
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
             self._observe_draft(draft_s, draft_requests, draft_depth)

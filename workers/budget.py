@@ -4,7 +4,8 @@ Every candidate position of every speculating request is scored by its survival 
 of the request's per-position acceptance estimates up to it, so scores never increase along a request).
 All positions are ranked together; taking the N best gives expected tokens = (speculating requests, each
 emits >= 1 token) + sum of the N scores, and expected time = cost table at (requests, step tokens + N),
-plus the table's ragged-step cost when the requests would not all verify the same count.
+plus the table's ragged-step cost when the requests would not all verify the same count, and its cost per
+query-length group beyond the two the ragged cells time (`CostTable.group_s`).
 The N maximising tokens per second wins; each request verifies the prefix of its drafts that was taken.
 """
 from __future__ import annotations
@@ -38,8 +39,19 @@ def choose_verify_lengths(
     fixed_s: float = 0.0,  # per-step time outside the target's forward (host work, sampling)
     draft_step_s: float = 0.0,  # seconds per draft iteration: > 0 when choosing how deep to DRAFT
     request_s: torch.Tensor | None = None,  # [B] seconds a request adds if it drafts at all (its catch-up)
+    prefill_tokens: int = 0,  # tokens of prefill chunks in the step (included in base_tokens)
 ) -> torch.Tensor:  # [B] verify (or draft) length per request
-    """With `draft_step_s`, the same choice prices drafting too: taking positions up to depth d costs d
+    """With `prefill_tokens` > 0 (a mixed step), verified rows are priced as rows of the B decoding requests
+    alone (their marginal on the table's decode curve) and without the ragged cost: the chunks run as their
+    own GEMM blocks and already take the step off the uniform decode path. Reading the mixed step's tokens
+    on the decode curve priced each verified row at ~1.2 ms plus the ~15 ms ragged cost; measured at 16
+    requests with a 256-token chunk (context 256), 15 x 1 + 1 x 2, 15 x 1 + 1 x 8 and 12 x 1 + 4 x 5 rows all
+    cost what 16 x 1 does (369-373 ms), and 16 x 2 8 ms more.
+
+    The group cost (`cost.group_s`) is read by the verify choice only: the depth plan's search is [limits, caps,
+    positions] wide, and the verify choice that follows it prices the groups of whatever was drafted.
+
+    With `draft_step_s`, the same choice prices drafting too: taking positions up to depth d costs d
     draft iterations (the drafter runs one batched iteration per position). The best set is then not always
     a prefix of the survival ranking (one confident request's 6th position makes everyone pay 6 iterations),
     so the ranking is also searched under every depth cap d = 1..K and the best cap wins.
@@ -57,7 +69,11 @@ def choose_verify_lengths(
     flat = scores.detach().cpu().double().flatten().numpy()
     order = _ranked(flat, K)  # [n] every candidate position, best first
     n = len(order)
-    step_s = cost.lookup_array(num_requests, base_tokens + np.arange(n + 1)) + fixed_s  # by positions taken
+    if prefill_tokens > 0:  # the step without drafts, plus the drafts' rows as decode rows (see above)
+        step_s = (cost.lookup(num_requests, base_tokens) + fixed_s - cost.lookup(B, B)
+                  + cost.lookup_array(B, B + np.arange(n + 1)))
+    else:
+        step_s = cost.lookup_array(num_requests, base_tokens + np.arange(n + 1)) + fixed_s  # by positions taken
     if n == 0:
         return none
     # every (catch-up limit, depth cap) at once: which ranked positions each may take  [L, C, n]
@@ -73,9 +89,11 @@ def choose_verify_lengths(
     tokens = base_emitted + (flat[order] * take).cumsum(-1)
     deepest = np.maximum.accumulate(depth * take, axis=-1)  # the longest verify among the positions taken
     seconds = step_s[count]
-    if cost.ragged:  # unless every request verifies the same count, the step is ragged (see cost_table.py)
+    if cost.ragged and not prefill_tokens:  # unless every request verifies the same count, the step is ragged (see cost_table.py)
         ragged = (count > 0) & (count < B * deepest)
         seconds = seconds + ragged * cost.ragged_array(num_requests, np.arange(K + 1))[deepest]
+        if cost.group_s > 0 and draft_step_s == 0 and own is None:  # the verify choice (see below)
+            seconds = seconds + cost.group_s * np.maximum(_query_lengths(depth, take, B) - 2, 0)
     if draft_step_s > 0:
         seconds = seconds + draft_step_s * deepest
     if own is not None:  # a request's first position (ranked before its others) pays its catch-up
@@ -87,6 +105,19 @@ def choose_verify_lengths(
     row, last = divmod(best, n)
     taken = order[: last + 1][take.reshape(-1, n)[row, : last + 1]]
     return torch.from_numpy(np.bincount(taken // K, minlength=B)).long()
+
+
+def _query_lengths(depth: np.ndarray, take: np.ndarray, B: int) -> np.ndarray:
+    """Distinct query lengths (1 + verified drafts) among the B requests once each ranked position of
+    `take` [..., n] is taken (`depth` [n]: each position's depth; a request's positions come in order, so
+    taking one moves it from depth - 1 to depth)."""
+    n = len(depth)
+    step = np.zeros((n, int(depth.max()) + 1), dtype=np.int32)  # [n, K + 1] change of the length histogram
+    step[np.arange(n), depth] = 1
+    step[np.arange(n), depth - 1] = -1
+    hist = (take[..., None] * step).cumsum(-2)  # [..., n, K + 1]
+    hist[..., 0] += B
+    return (hist > 0).sum(-1)
 
 
 def _catch_up_limits(catch_up: np.ndarray) -> list[float]:

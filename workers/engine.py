@@ -19,7 +19,7 @@ import torch
 from workers.adaptive import AdaptiveVerifier
 from workers.attention import PREFILL_SEGMENT
 from workers.config import EngineConfig, SamplingParams
-from workers.cost_table import ragged_extra
+from workers.cost_table import extra_groups, ragged_extra
 from workers.detokenizer import IncrementalDetokenizer
 from workers.heap import HeapTrimmer
 from workers.llama import LlamaForward
@@ -204,7 +204,8 @@ class LLMEngine:
         if self.adaptive is not None:
             rows = [len(c.token_ids) for c in chunks]
             self.adaptive.observe_step(time.perf_counter() - t_start, forward_s, draft_s, len(chunks), sum(rows),
-                                       not plan.prefills, len(plan.decodes), draft_depth, ragged_extra(rows))
+                                       not plan.prefills, len(plan.decodes), draft_depth, ragged_extra(rows),
+                                       extra_groups(rows))
         self.heap.maybe_trim()
         return self._collect_outputs()
 

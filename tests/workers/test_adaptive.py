@@ -197,6 +197,19 @@ def test_a_ragged_step_refreshes_the_uniform_cells_without_its_ragged_cost():
     assert table.lookup(4, 7) > before
 
 
+def test_ragged_steps_with_more_query_lengths_teach_the_group_cost_and_leave_the_uniform_cells():
+    """Ragged steps of 2, 3 and 4 query lengths, each group beyond two 3 ms dearer: the fitted group cost
+    becomes 3 ms, and once it is known those steps no longer pull the uniform cells up."""
+    table = CostTable({(4, 4): 0.040, (4, 8): 0.050}, ragged={(4, 1): 0.006, (4, 7): 0.012})
+    av = AdaptiveVerifier(table, NgramEstimator(7))
+    base = table.lookup(4, 7) + float(table.ragged_array(4, 3))
+    for i in range(60):
+        groups = i % 3
+        av.observe_step(0.1, base + 0.003 * groups, 0.0, 4, 7, True, ragged_extra=3, extra_groups=groups)
+    assert abs(table.group_s - 0.003) < 2e-4  # the first steps, before the fit, moved the cells a little
+    assert abs(table.lookup(4, 7) + float(table.ragged_array(4, 3)) - base) < 5e-4  # not the mean 3 ms
+
+
 def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
     """A plan that drafted nothing is not recomputed for the same requests (no new estimates; catch-ups only
     grow), at most PROBE_EVERY times in a row; another batch is planned afresh."""

@@ -3,8 +3,8 @@ import time
 import numpy as np
 import torch
 
-from workers.budget import allocate_capacity, choose_verify_lengths, survival
-from workers.cost_table import CostTable, measure
+from workers.budget import _ranked, allocate_capacity, choose_verify_lengths, survival
+from workers.cost_table import CostTable, GroupCostFit, extra_groups, measure
 
 PROFILE = [0.437, 0.503, 0.541, 0.571, 0.632, 0.628, 0.593]  # seed-notes conditional acceptance, k=7
 
@@ -163,6 +163,19 @@ def test_a_ragged_step_must_pay_for_itself_a_uniform_one_does_not_pay_it():
     assert uniform.min() > 0 and uniform.min() == uniform.max()
 
 
+def test_a_step_that_also_prefills_prices_drafts_as_decode_rows_without_the_ragged_cost():
+    """Next to a prefill chunk the step is already off the uniform decode path: the doubtful draft that a
+    pure decode step drops for its raggedness pays there. Its rows are read on the decode curve of the B
+    decoding requests, not at the mixed step's token count (where this table's slope is 10x steeper)."""
+    table = CostTable({(4, t): 0.040 + 0.002 * t for t in (4, 8, 16)} | {(4, t): 0.020 * t for t in (64, 256)},
+                      ragged={(4, 1): 0.006, (4, 7): 0.012})
+    one = survival(torch.tensor([[0.6, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]), torch.tensor([1, 0, 0, 0]))
+    assert choose_verify_lengths(one, table, 4, 4, 4.0).tolist() == [0, 0, 0, 0]
+    worth = 4 * table.lookup(5, 4 + 128) / table.lookup(4, 4)  # the step's work at the decode rate (adaptive.py)
+    assert choose_verify_lengths(one, table, 5, 4 + 128, worth).tolist() == [0, 0, 0, 0]  # mixed, read as decode
+    assert choose_verify_lengths(one, table, 5, 4 + 128, worth, prefill_tokens=128).tolist() == [1, 0, 0, 0]
+
+
 def test_cost_curve_is_made_monotone():
     t = CostTable({(1, 1): 0.040, (1, 2): 0.042, (1, 3): 0.048, (1, 5): 0.039, (1, 9): 0.042})
     curve = [t.lookup(1, n) for n in (1, 2, 3, 5, 9)]
@@ -217,3 +230,41 @@ def test_priced_capacity_prefers_the_batch_where_verifying_is_nearly_free():
     caps = allocate_capacity([confident, doubtful], 4, [(steep, 2, 2), (flat, 2, 2)])
     assert caps[1].sum() == 4 and caps[0].sum() == 0
     assert [c.tolist() for c in allocate_capacity([confident, doubtful], 4)] == [[2, 2], [0, 0]]  # unpriced
+
+
+def test_query_lengths_count_the_distinct_lengths_after_each_ranked_position():
+    from workers.budget import _query_lengths
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        B, K = 5, 4
+        scores = survival(torch.from_numpy(rng.uniform(0.1, 1.0, (B, K))).float(), torch.from_numpy(rng.integers(0, K + 1, B)))
+        order = _ranked(scores.flatten().numpy(), K)
+        take = order % K < rng.integers(0, K + 1, B)[order // K]  # a cap per request, as the policy's masks
+        got = _query_lengths(order % K + 1, take, B)
+        lengths = np.zeros(B, dtype=int)
+        for i, pos in enumerate(order):
+            lengths[pos // K] += int(take[i])
+            assert got[i] == len(set((1 + lengths).tolist()))
+
+
+def test_each_query_length_group_beyond_two_is_priced():
+    """A third distinct verify length opens another padded attention group (CostTable.group_s): priced
+    above what its position adds, the choice stops at two lengths."""
+    table = CostTable({(4, t): 0.040 + 0.001 * t for t in (4, 8, 16)}, ragged={(4, 1): 0.001, (4, 7): 0.001})
+    s = survival(torch.tensor([[0.95, 0.9, 0.85], [0.9, 0.0, 0.0], [0.0] * 3, [0.0] * 3]), torch.tensor([3, 1, 0, 0]))
+    assert choose_verify_lengths(s, table, 4, 4, 4.0).tolist() == [3, 1, 0, 0]  # query lengths 4, 2, 1
+    table.group_s = 0.050
+    assert choose_verify_lengths(s, table, 4, 4, 4.0).tolist() == [1, 1, 0, 0]  # lengths 2 and 1
+    assert choose_verify_lengths(s, table, 4, 4, 4.0, draft_step_s=1e-6).tolist() == [3, 1, 0, 0]  # depth plan: not read
+
+
+def test_group_cost_is_the_slope_of_the_residual_over_extra_groups():
+    assert extra_groups([1, 1, 1]) == 0 and extra_groups([1, 5, 1]) == 0 and extra_groups([1, 2, 5, 3]) == 2
+    fit, rng = GroupCostFit(), np.random.default_rng(1)
+    assert fit.observe(0, 0.010) is None  # no step with extra groups yet
+    for i in range(400):
+        x = int(rng.integers(0, 3))
+        got = fit.observe(x, 0.004 + 0.003 * x + rng.normal(0, 0.002))  # table bias 4 ms, 3 ms a group
+    assert abs(got - 0.003) < 0.0006
+    assert GroupCostFit(min_weight=1).observe(2, -0.001) is None  # one point: no slope
