@@ -123,11 +123,12 @@ def table_check(steps: list[tuple[int, int, int, float]], table: CostTable) -> s
 
 def cut_report(drafts: list[tuple], fixed_k: int = 4) -> str:
     """What the adaptive engine's cuts cost, in steps that also prefill and in decode-only steps: drafted,
-    verified and accepted positions, and how many more would have been accepted had every draft (or the
-    first `fixed_k` of each) been verified. Greedy runs only: a request's later tokens are what it emitted."""
+    verified and accepted positions, and what would have been accepted had every draft been verified, or
+    the first `fixed_k` of each (accepted of verified). Greedy runs only: a request's later tokens are what
+    it emitted."""
     out = []
     for mixed, name in ((True, "steps that also prefill"), (False, "decode-only steps")):
-        n = v = a = all_a = k_a = 0
+        n = v = a = all_a = k_a = k_v = 0
         for req, at, toks, verified, m in drafts:
             if m != mixed:
                 continue
@@ -135,9 +136,9 @@ def cut_report(drafts: list[tuple], fixed_k: int = 4) -> str:
             while run < len(toks) and at + run < len(req.tokens) and req.tokens[at + run] == toks[run]:
                 run += 1
             n, v, a = n + len(toks), v + verified, a + min(run, verified)
-            all_a, k_a = all_a + run, k_a + min(run, fixed_k)
+            all_a, k_a, k_v = all_a + run, k_a + min(run, fixed_k), k_v + min(len(toks), fixed_k)
         out.append(f"{name}: drafted {n}, verified {v}, accepted {a} (all drafts verified: {all_a}, "
-                   f"the first {fixed_k}: {k_a})")
+                   f"the first {fixed_k}: {k_a} of {k_v})")
     return "; ".join(out)
 
 

@@ -16,5 +16,5 @@ def test_cut_drafts_are_scored_against_what_the_request_emitted_later():
         (req, 6, [0, 8], 2, False),  # nothing matches
     ]
     report = cut_report(drafts, fixed_k=2)
-    assert "steps that also prefill: drafted 4, verified 1, accepted 1 (all drafts verified: 3, the first 2: 2)" in report
-    assert "decode-only steps: drafted 7, verified 7, accepted 4 (all drafts verified: 4, the first 2: 2)" in report
+    assert "steps that also prefill: drafted 4, verified 1, accepted 1 (all drafts verified: 3, the first 2: 2 of 2)" in report
+    assert "decode-only steps: drafted 7, verified 7, accepted 4 (all drafts verified: 4, the first 2: 2 of 4)" in report
