@@ -92,7 +92,7 @@ def choose_verify_lengths(
     if cost.ragged and not prefill_tokens:  # unless every request verifies the same count, the step is ragged (see cost_table.py)
         ragged = (count > 0) & (count < B * deepest)
         seconds = seconds + ragged * cost.ragged_array(num_requests, np.arange(K + 1))[deepest]
-        if cost.group_s > 0 and draft_step_s == 0 and own is None:  # the verify choice (see below)
+        if cost.group_s > 0 and draft_step_s == 0 and own is None:  # the verify choice only (see the docstring)
             seconds = seconds + cost.group_s * np.maximum(_query_lengths(depth, take, B) - 2, 0)
     if draft_step_s > 0:
         seconds = seconds + draft_step_s * deepest
