@@ -74,6 +74,8 @@ class AdaptiveVerifier:
         self.cost, self.estimator, self.draft_cost = cost, estimator, draft_cost
         self.capacity_planner: CapacityPlanner | None = None
         self.overhead_s = 0.0  # EMA of the step's host time outside the target forward and the drafting
+        # the same on pure decode steps, apart for steps that drafted and steps that did not (draft_host_s)
+        self._host_s: dict[bool, float | None] = {True: None, False: None}
         self.verified_positions = 0
         self.offered_positions = 0
         self.drafted_positions = 0
@@ -154,7 +156,8 @@ class AdaptiveVerifier:
             else:
                 caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens,
                                              self._base_emitted(plan, B + prefill_tokens), self.overhead_s,
-                                             self.draft_cost.lookup(B, B), self._catch_up_row_s(B) * extra)
+                                             self.draft_cost.lookup(B, B), self._catch_up_row_s(B) * extra,
+                                             draft_host_s=self.draft_host_s)
                 self._idle_key, self._idle_plans = (None if bool(caps.any()) else key), 0
             # a probe's estimates reset the idle plan (`_remember`)
             caps = self._maybe_probe(caps, n, extra, (B + len(plan.prefills), B + prefill_tokens))
@@ -309,8 +312,21 @@ class AdaptiveVerifier:
             self._observe_target(requests, tokens, max(forward_s - ragged_s, 0.5 * forward_s))
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
             self._observe_draft(draft_s, draft_requests, draft_depth)
-        self.overhead_s += 0.1 * (max(0.0, wall_s - forward_s - draft_s) - self.overhead_s)
+        host_s = max(0.0, wall_s - forward_s - draft_s)
+        self.overhead_s += 0.1 * (host_s - self.overhead_s)
+        if pure_decode:
+            drafted = draft_depth > 0 and draft_requests > 0
+            last = self._host_s[drafted]
+            self._host_s[drafted] = host_s if last is None else last + 0.1 * (host_s - last)
         self._since_probe_s += wall_s
+
+    @property
+    def draft_host_s(self) -> float:
+        """Host seconds a drafting step adds over one that does not draft (pure decode steps; 0 until
+        both kinds were seen): the estimates, the trim, learning, the sampler's verify path. The depth plan
+        prices it; `overhead_s`, on every option alike, could not tell drafting from not."""
+        drafted, plain = self._host_s[True], self._host_s[False]
+        return 0.0 if drafted is None or plain is None else max(0.0, drafted - plain)
 
     def _observe_target(self, requests: int, tokens: int, seconds: float) -> None:
         """Collect a pure decode step's forward time; every OBSERVE_BATCH steps refresh the table with them."""

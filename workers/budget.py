@@ -40,6 +40,7 @@ def choose_verify_lengths(
     draft_step_s: float = 0.0,  # seconds per draft iteration: > 0 when choosing how deep to DRAFT
     request_s: torch.Tensor | None = None,  # [B] seconds a request adds if it drafts at all (its catch-up)
     prefill_tokens: int = 0,  # tokens of prefill chunks in the step (included in base_tokens)
+    draft_host_s: float = 0.0,  # with draft_step_s: host seconds a step adds if anyone drafts
 ) -> torch.Tensor:  # [B] verify (or draft) length per request
     """With `prefill_tokens` > 0 (a mixed step), verified rows are priced as rows of the B decoding requests
     alone (their marginal on the table's decode curve) and without the ragged cost: the chunks run as their
@@ -55,6 +56,10 @@ def choose_verify_lengths(
     draft iterations (the drafter runs one batched iteration per position). The best set is then not always
     a prefix of the survival ranking (one confident request's 6th position makes everyone pay 6 iterations),
     so the ranking is also searched under every depth cap d = 1..K and the best cap wins.
+
+    `draft_host_s` is what a drafting step costs the host beyond the drafter and the forward (features,
+    the estimates, the trim, learning from the outcomes, the sampler's verify path): the trained draft at
+    repetitive c=2 measured ~2.7 ms of a ~73 ms step that the plan priced at nothing.
 
     With `request_s`, a request's first position also pays its own fixed cost (a draft model first catches
     up on every token since the request's last draft: its whole prompt the first time). A confident request
@@ -94,8 +99,8 @@ def choose_verify_lengths(
         seconds = seconds + ragged * cost.ragged_array(num_requests, np.arange(K + 1))[deepest]
         if cost.group_s > 0 and draft_step_s == 0 and own is None:  # the verify choice only (see the docstring)
             seconds = seconds + cost.group_s * np.maximum(_query_lengths(depth, take, B) - 2, 0)
-    if draft_step_s > 0:
-        seconds = seconds + draft_step_s * deepest
+    if draft_step_s > 0:  # every candidate here takes >= 1 position, so it pays the drafting host time
+        seconds = seconds + draft_step_s * deepest + draft_host_s
     if own is not None:  # a request's first position (ranked before its others) pays its catch-up
         seconds = seconds + (own * (order % K == 0) * take).cumsum(-1)
     rate = np.where(take, tokens / np.maximum(seconds, 1e-12), -1.0).reshape(-1, n)  # [L * C, n]

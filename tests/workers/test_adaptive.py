@@ -181,6 +181,20 @@ def test_the_catch_up_rate_is_refreshed_from_observed_draft_time():
     assert av._catch_up_row_s(4) > rate * 1.05
 
 
+def test_drafting_host_time_is_the_gap_between_drafting_and_plain_decode_steps():
+    """Host time outside the forward and the drafter, on pure decode steps: 5 ms when the step drafted,
+    2 ms when not; steps that also prefill do not count. Unknown (0) until both kinds were seen."""
+    av = _catch_up_verifier()
+    for _ in range(50):
+        av.observe_step(0.105, 0.08, 0.02, 4, 8, True, draft_requests=4, draft_depth=1)
+    assert av.draft_host_s == 0.0
+    for _ in range(50):
+        av.observe_step(0.082, 0.08, 0.0, 4, 4, True)
+        av.observe_step(0.5, 0.3, 0.0, 5, 100, False)  # a prefill step: much host time, not counted
+        av.observe_step(0.105, 0.08, 0.02, 4, 8, True, draft_requests=4, draft_depth=1)
+    assert abs(av.draft_host_s - 0.003) < 1e-4
+
+
 def test_a_ragged_step_refreshes_the_uniform_cells_without_its_ragged_cost():
     """A pure decode step where one request verified 3 drafts took the uniform time plus the table's ragged
     cost: the uniform cells it is read from stay where they were."""

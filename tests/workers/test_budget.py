@@ -191,6 +191,19 @@ def test_drafting_cost_makes_the_batch_draft_shallower():
     assert choose_verify_lengths(scores, _table(1e-6), 4, 4, 4.0, draft_step_s=0.05).tolist() == [0] * 4
 
 
+def test_drafting_host_time_is_paid_once_by_a_step_that_drafts():
+    """A marginal draft (first position 0.3, a cheap drafter) pays while drafting costs the host nothing;
+    a host cost of a few percent of the step tips it, however few requests draft."""
+    scores = survival(torch.tensor([[0.3] + [0.2] * 6] * 4), torch.full((4,), 7))
+    table = _table(1e-4, fixed_s=0.06)  # ~60 ms memory-bound steps
+    free = choose_verify_lengths(scores, table, 4, 4, 4.0, draft_step_s=0.01)
+    assert free.tolist() == [1] * 4
+    priced = choose_verify_lengths(scores, table, 4, 4, 4.0, draft_step_s=0.01, draft_host_s=0.01)
+    assert priced.tolist() == [0] * 4
+    # the verify choice (drafts already made) does not read it
+    assert choose_verify_lengths(scores, table, 4, 4, 4.0, draft_host_s=0.01).sum() > 0
+
+
 def test_a_long_catch_up_keeps_that_request_from_drafting_not_the_others():
     """The most confident request ranks first; if its first draft must feed a whole prompt (catch-up) it
     stays out, and the cheap requests ranked after it still draft."""
