@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from workers.attention import SMALL_ROWS
-from workers.budget import choose_verify_lengths, survival
+from workers.budget import choose_verify_lengths, plan_verify_lengths, survival
 from workers.cost_table import CostTable, GroupCostFit, hardware_key, load_or_measure
 from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
 from workers.model_runner import ModelRunner, StepChunk
 from workers.model_store import cache_dir
+from workers.plan_calibration import PlanCalibration
 
 if TYPE_CHECKING:
     from workers.engine import LLMEngine
@@ -97,6 +98,9 @@ class AdaptiveVerifier:
         self._step_times: dict[tuple[int, int], list[float]] = {}  # (requests, tokens) -> [seconds summed, steps]
         self._step_times_n = 0
         self._groups = GroupCostFit()  # the cost of query-length groups beyond two (cost.group_s)
+        self.calibration = PlanCalibration()  # the depth plan's predictions against the steps it chose
+        self._planned: tuple[int, float, torch.Tensor] | None = None  # a pure decode step that drafts:
+        # (cost table row, its predicted seconds, the survival [B, K] the plan counted on), unscaled
 
     @classmethod
     def build(cls, engine: "LLMEngine") -> "AdaptiveVerifier":
@@ -128,6 +132,7 @@ class AdaptiveVerifier:
     def plan_depths(self, plan: "ScheduledStep") -> None:
         """Before drafting: cap each request's draft depth where the previous step's estimates say deeper
         positions will not be verified (drafting them would be pure cost). Free drafts (n-gram) keep k."""
+        self._planned = None
         if not plan.decodes or (self.draft_cost is None and self.capacity_planner is None):
             return
         reqs = [r for r, _ in plan.decodes]
@@ -141,6 +146,7 @@ class AdaptiveVerifier:
         last = torch.stack([self._last.get(r.req_id, self._prior) for r in reqs])
         scores = survival(PLAN_SHRINK * last + (1 - PLAN_SHRINK) * self._prior, n)
         caps = n
+        pure, row = not plan.prefills, self.cost.nearest_requests(len(reqs))  # calibrated: pure decode steps
         self._catch_up, self._step_catch_up = {}, 0
         if self.draft_cost is not None and self.estimator_ready:
             B = len(reqs)
@@ -154,13 +160,23 @@ class AdaptiveVerifier:
             if key == self._idle_key and self._idle_plans < PROBE_EVERY:  # only a probe gets here
                 caps, self._idle_plans = torch.zeros_like(n), self._idle_plans + 1
             else:
-                caps = choose_verify_lengths(scores, self.cost, B + len(plan.prefills), B + prefill_tokens,
-                                             self._base_emitted(plan, B + prefill_tokens), self.overhead_s,
-                                             self.draft_cost.lookup(B, B), self._catch_up_row_s(B) * extra,
-                                             draft_host_s=self.draft_host_s)
+                # survival scaled per position by what drafts delivered (non-increasing still: a prefix)
+                rated = scores * self.calibration.gain(row, scores.shape[1]) if pure else scores
+                chosen = plan_verify_lengths(rated.cummin(dim=1).values, self.cost, B + len(plan.prefills),
+                                             B + prefill_tokens, self._base_emitted(plan, B + prefill_tokens),
+                                             self.overhead_s, self.draft_cost.lookup(B, B),
+                                             self._catch_up_row_s(B) * extra, draft_host_s=self.draft_host_s,
+                                             **(self.calibration.scales(row) if pure else {}))
+                caps = chosen.lengths
+                if pure and bool(caps.any()):
+                    self._planned = (row, chosen.seconds, scores)
                 self._idle_key, self._idle_plans = (None if bool(caps.any()) else key), 0
             # a probe's estimates reset the idle plan (`_remember`)
-            caps = self._maybe_probe(caps, n, extra, (B + len(plan.prefills), B + prefill_tokens))
+            probe = self._maybe_probe(caps, n, extra, (B + len(plan.prefills), B + prefill_tokens))
+            if pure and probe is not caps:  # priced as the plain step, one draft iteration, its catch-up, one row
+                plain_s = self.cost.lookup(B, B) + self.overhead_s
+                self._planned = (row, plain_s + self._probe_cost_s + self.draft_host_s, scores)
+            caps = probe
         if self.capacity_planner is not None:  # shared drafter: offer only the positions this replica wants
             wanted = scores * (torch.arange(scores.shape[1])[None, :] < caps[:, None])
             caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], wanted))
@@ -300,7 +316,15 @@ class AdaptiveVerifier:
         request computed 1 + `ragged_extra` rows, less the table's ragged cost and the fitted cost of its
         `extra_groups` query-length groups beyond two, so it refreshes the uniform cells it is read from),
         the drafter's time (it ran `draft_depth` batched iterations for
-        `draft_requests` requests, the first with the catch-up rows planned for them), and the host overhead."""
+        `draft_requests` requests, the first with the catch-up rows planned for them), the host overhead, and
+        (a draft model's pure decode steps) the depth plan's calibration."""
+        if self.draft_cost is not None and pure_decode:  # before this step refreshes what predicted it
+            if draft_depth == 0:
+                row = self.cost.nearest_requests(requests)
+                self.calibration.observe_plain(row, wall_s, self.cost.lookup(requests, tokens) + self.overhead_s)
+            elif self._planned is not None:
+                self.calibration.observe_spec(self._planned[0], wall_s, self._planned[1])
+        self._planned = None
         if pure_decode:
             ragged_s = float(self.cost.ragged_array(requests, ragged_extra)) if ragged_extra > 0 else 0.0
             if ragged_extra > 0:
@@ -369,6 +393,8 @@ class AdaptiveVerifier:
 
     def learn(self, proposal: "Proposal", verify: list[tuple[int, object, int, int]], accepted: list[int]) -> None:
         rows = [(b, n, a) for (b, _, n, _), a in zip(verify, accepted) if b >= 0]
+        if self._planned is not None:
+            self._observe_gain(rows)
         if getattr(self.estimator, "uses_history", False):  # the next trim's history key (n-gram table)
             self._verified_last.update((req.req_id, (n, a)) for (b, req, n, _), a in zip(verify, accepted)
                                        if b >= 0 and n > 0)
@@ -377,6 +403,20 @@ class AdaptiveVerifier:
         idx = torch.tensor([b for b, _, _ in rows])
         self.estimator.observe(proposal.features[idx], torch.tensor([n for _, n, _ in rows]),
                                torch.tensor([a for _, _, a in rows]))
+
+
+    def _observe_gain(self, rows: list[tuple[int, int, int]]) -> None:
+        """The depth plan's survival against the outcome, per position, for the drafts verified this step
+        (`rows`: (request's row in the plan, verified, accepted))."""
+        row, _, scores = self._planned
+        K = scores.shape[1]
+        accepted, expected, verified = torch.zeros(K), torch.zeros(K), torch.zeros(K)
+        for b, n, a in rows:
+            m = min(n, K)
+            verified[:m] += 1
+            accepted[:min(a, m)] += 1
+            expected[:m] += scores[b, :m]
+        self.calibration.observe_gain(row, accepted, expected, verified)
 
 
 def target_table_path(engine: "LLMEngine") -> Path:

@@ -10,6 +10,8 @@ The N maximising tokens per second wins; each request verifies the prefix of its
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -30,7 +32,18 @@ def _ranked(flat: np.ndarray, K: int) -> np.ndarray:
     return np.argsort(-key, kind="stable")[: int((flat > 0).sum())]
 
 
-def choose_verify_lengths(
+@dataclass(slots=True)
+class VerifyPlan:
+    lengths: torch.Tensor  # [B] verify (or draft) length per request
+    seconds: float  # the cost model's step time for that choice, before any calibration scale
+
+
+def choose_verify_lengths(*args, **kwargs) -> torch.Tensor:  # [B]
+    """`plan_verify_lengths`, the lengths alone."""
+    return plan_verify_lengths(*args, **kwargs).lengths
+
+
+def plan_verify_lengths(
     scores: torch.Tensor,  # [B, K] survival, non-increasing along K, 0 where no draft
     cost: CostTable,
     num_requests: int,  # requests in the step (speculating or not)
@@ -41,7 +54,9 @@ def choose_verify_lengths(
     request_s: torch.Tensor | None = None,  # [B] seconds a request adds if it drafts at all (its catch-up)
     prefill_tokens: int = 0,  # tokens of prefill chunks in the step (included in base_tokens)
     draft_host_s: float = 0.0,  # with draft_step_s: host seconds a step adds if anyone drafts
-) -> torch.Tensor:  # [B] verify (or draft) length per request
+    plain_scale: float = 1.0,  # observed / predicted time of steps that take no position
+    spec_scale: float = 1.0,  # the same for steps that take some
+) -> VerifyPlan:
     """With `prefill_tokens` > 0 (a mixed step), verified rows are priced as rows of the B decoding requests
     alone (their marginal on the table's decode curve) and without the ragged cost: the chunks run as their
     own GEMM blocks and already take the step off the uniform decode path. Reading the mixed step's tokens
@@ -64,11 +79,14 @@ def choose_verify_lengths(
     With `request_s`, a request's first position also pays its own fixed cost (a draft model first catches
     up on every token since the request's last draft: its whole prompt the first time). A confident request
     with a long catch-up would then block the cheap ones ranked after it, so the search also runs without
-    the requests whose catch-up is above each quartile of the batch's, and the best of all wins."""
+    the requests whose catch-up is above each quartile of the batch's, and the best of all wins.
+
+    The two scales are the caller's calibration of this time model against the steps it chose (see
+    workers/plan_calibration.py); the plan returned reports its unscaled time."""
     B, K = scores.shape
     none = torch.zeros(B, dtype=torch.long)
     if B == 0 or K == 0:
-        return none
+        return VerifyPlan(none, 0.0)
     # numpy inside: the arrays are tiny, and each torch op costs several microseconds more (the policy ran
     # ~1 ms per step at c=2, 2% of a 50 ms step)
     flat = scores.detach().cpu().double().flatten().numpy()
@@ -80,7 +98,7 @@ def choose_verify_lengths(
     else:
         step_s = cost.lookup_array(num_requests, base_tokens + np.arange(n + 1)) + fixed_s  # by positions taken
     if n == 0:
-        return none
+        return VerifyPlan(none, float(step_s[0]))
     # every (catch-up limit, depth cap) at once: which ranked positions each may take  [L, C, n]
     depth = order % K + 1
     caps = np.arange(1, K + 1) if draft_step_s > 0 else np.array([K])
@@ -103,13 +121,14 @@ def choose_verify_lengths(
         seconds = seconds + draft_step_s * deepest + draft_host_s
     if own is not None:  # a request's first position (ranked before its others) pays its catch-up
         seconds = seconds + (own * (order % K == 0) * take).cumsum(-1)
-    rate = np.where(take, tokens / np.maximum(seconds, 1e-12), -1.0).reshape(-1, n)  # [L * C, n]
+    rate = np.where(take, tokens / np.maximum(seconds * spec_scale, 1e-12), -1.0).reshape(-1, n)  # [L * C, n]
     best = int(rate.argmax())
-    if rate.flat[best] <= base_emitted / step_s[0]:
-        return none
+    if rate.flat[best] <= base_emitted / (step_s[0] * plain_scale):
+        return VerifyPlan(none, float(step_s[0]))
     row, last = divmod(best, n)
     taken = order[: last + 1][take.reshape(-1, n)[row, : last + 1]]
-    return torch.from_numpy(np.bincount(taken // K, minlength=B)).long()
+    return VerifyPlan(torch.from_numpy(np.bincount(taken // K, minlength=B)).long(),
+                      float(np.broadcast_to(seconds, take.shape).reshape(-1, n)[row, last]))
 
 
 def _query_lengths(depth: np.ndarray, take: np.ndarray, B: int) -> np.ndarray:

@@ -70,6 +70,10 @@ class CostTable:
         i = min(bisect.bisect_left(rs, requests), len(rs) - 1)
         return rs[i] if i == 0 or rs[i] - requests <= requests - rs[i - 1] else rs[i - 1]
 
+    def nearest_requests(self, requests: int) -> int:
+        """The measured request count whose row a lookup for `requests` reads."""
+        return self._row(max(1, requests))
+
     def _x(self, tokens: int, requests: int | None = None) -> int:
         """Where a step of `tokens` sits on the lookup axis: its rows plus `block_rows` per block it uses;
         without `block_rows`, its tokens within one row block, else its rows rounded up to whole blocks. For a measured cell (`requests` given: uniform sequences that are never

@@ -12,6 +12,7 @@ from workers.adaptive import (EXPLORE_EVERY, OBSERVE_BATCH, PROBE_EVERY, PROBE_S
                               AdaptiveVerifier)
 from workers.cost_table import CostTable
 from workers.estimators import LogisticEstimator, NgramEstimator
+from workers.plan_calibration import CALIBRATION_MIN_STEPS, GAIN_BOUNDS
 from workers.scheduler import ScheduledStep
 
 # c=1 on this CPU (docs/architecture.md): a 40 ms forward nearly flat in tokens, 4.5 ms per draft iteration,
@@ -195,6 +196,33 @@ def test_drafting_host_time_is_the_gap_between_drafting_and_plain_decode_steps()
     assert abs(av.draft_host_s - 0.003) < 1e-4
 
 
+def test_the_depth_plan_stops_drafting_when_its_drafts_are_accepted_less_than_it_counted_on():
+    """At c=1 one position pays above an acceptance of ~0.11; estimates of 0.15 draft it. When the steps
+    that drafted accept nothing (the estimates were high, the outcomes are not), the plan's calibration
+    learns it after CALIBRATION_MIN_STEPS such steps and only probes draft from then on (their outcomes keep
+    teaching it, so it could learn the other way too)."""
+    est = LogisticEstimator(7, 3)
+    est.refits = est.warmup_refits
+    av = AdaptiveVerifier(CostTable(dict(TARGET.seconds)), est, CostTable(dict(DRAFT.seconds)))
+    av._prior = torch.full((7,), 0.15)
+    req = SimpleNamespace(req_id="r", tokens=[1] * 20)
+    av._last["r"] = torch.full((7,), 0.15)
+    depths = []
+    for _ in range(40):
+        plan = ScheduledStep(decodes=[(req, 7)])
+        av.plan_depths(plan)
+        d = plan.decodes[0][1]
+        depths.append(d)
+        tokens = 1 + d  # what the table priced, and the drafter as priced: only the outcomes disappoint
+        forward = TARGET.lookup(1, tokens)
+        av.learn(SimpleNamespace(features=None), [(0, req, d, 0)], [0])  # nothing accepted
+        av.observe_step(forward + d * 0.0045, forward, d * 0.0045, 1, tokens, True, 1, d)
+    assert depths[:CALIBRATION_MIN_STEPS] == [1] * CALIBRATION_MIN_STEPS
+    assert sum(depths[CALIBRATION_MIN_STEPS:]) <= (40 - CALIBRATION_MIN_STEPS) // PROBE_EVERY  # probes
+    gain = av.calibration.gain(1, 7)
+    assert gain[0] == GAIN_BOUNDS[0] and bool((gain[1:] == 1).all())  # positions never verified: no news
+
+
 def test_a_ragged_step_refreshes_the_uniform_cells_without_its_ragged_cost():
     """A pure decode step where one request verified 3 drafts took the uniform time plus the table's ragged
     cost: the uniform cells it is read from stay where they were."""
@@ -229,8 +257,8 @@ def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
     grow), at most PROBE_EVERY times in a row; another batch is planned afresh."""
     av, req = _verifier(prior=0.01, last=0.01)
     calls = []
-    real = adaptive_module.choose_verify_lengths
-    adaptive_module.choose_verify_lengths = lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    real = adaptive_module.plan_verify_lengths
+    adaptive_module.plan_verify_lengths = lambda *a, **kw: calls.append(1) or real(*a, **kw)
     try:
         for _ in range(PROBE_EVERY - 1):  # the first probe comes at plan PROBE_EVERY
             _depth(av, req)
@@ -239,7 +267,7 @@ def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
         av.plan_depths(ScheduledStep(decodes=[(req, 7), (other, 7)]))
         assert len(calls) == 2
     finally:
-        adaptive_module.choose_verify_lengths = real
+        adaptive_module.plan_verify_lengths = real
 
 
 def test_an_ngram_verifier_verifies_one_whole_draft_every_few_trims():

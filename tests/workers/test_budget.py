@@ -3,7 +3,7 @@ import time
 import numpy as np
 import torch
 
-from workers.budget import _ranked, allocate_capacity, choose_verify_lengths, survival
+from workers.budget import _ranked, allocate_capacity, choose_verify_lengths, plan_verify_lengths, survival
 from workers.cost_table import CostTable, GroupCostFit, extra_groups, measure
 
 PROFILE = [0.437, 0.503, 0.541, 0.571, 0.632, 0.628, 0.593]  # seed-notes conditional acceptance, k=7
@@ -202,6 +202,23 @@ def test_drafting_host_time_is_paid_once_by_a_step_that_drafts():
     assert priced.tolist() == [0] * 4
     # the verify choice (drafts already made) does not read it
     assert choose_verify_lengths(scores, table, 4, 4, 4.0, draft_host_s=0.01).sum() > 0
+
+
+def test_a_plan_reports_its_unscaled_time_and_the_time_scales_move_the_choice():
+    """The marginal draft above: the plan that drafts one position each reports the step it priced (the
+    table's step with 8 tokens, one draft iteration), 11% above not drafting. Steps that drafted running 15%
+    over that, or plain steps running 15% under the table, make not drafting the better choice; the
+    reported time stays unscaled."""
+    scores = survival(torch.tensor([[0.3] + [0.2] * 6] * 4), torch.full((4,), 7))
+    table = _table(1e-4, fixed_s=0.06)
+    plan = plan_verify_lengths(scores, table, 4, 4, 4.0, draft_step_s=0.01)
+    assert plan.lengths.tolist() == [1] * 4
+    assert abs(plan.seconds - (table.lookup(4, 8) + 0.01)) < 1e-12
+    for scale in ({"spec_scale": 1.15}, {"plain_scale": 0.85}):
+        scaled = plan_verify_lengths(scores, table, 4, 4, 4.0, draft_step_s=0.01, **scale)
+        assert scaled.lengths.tolist() == [0] * 4, scale
+        assert scaled.seconds == table.lookup(4, 4)
+    assert plan_verify_lengths(scores, table, 4, 4, 4.0, draft_step_s=0.01, spec_scale=0.9).lengths.sum() >= 4
 
 
 def test_a_long_catch_up_keeps_that_request_from_drafting_not_the_others():

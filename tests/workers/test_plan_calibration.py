@@ -1,0 +1,45 @@
+"""The depth plan's calibration (workers/plan_calibration.py): ratios of observed to predicted per kind of step,
+per position and per request count, neutral until enough steps were seen, and bounded."""
+import torch
+
+from workers.plan_calibration import CALIBRATION_MIN_STEPS, GAIN_BOUNDS, TIME_BOUNDS, PlanCalibration
+
+NEUTRAL = {"plain_scale": 1.0, "spec_scale": 1.0}
+
+
+def test_time_scales_are_neutral_until_enough_steps_of_a_kind_were_seen():
+    cal = PlanCalibration()
+    assert cal.scales(4) == NEUTRAL
+    for _ in range(CALIBRATION_MIN_STEPS - 1):
+        cal.observe_plain(4, 0.050, 0.040)
+        cal.observe_spec(4, 0.090, 0.060)
+    assert cal.scales(4) == NEUTRAL
+    cal.observe_plain(4, 0.050, 0.040)
+    cal.observe_spec(4, 0.090, 0.060)
+    assert cal.scales(4) == {"plain_scale": 1.25, "spec_scale": 1.5}
+    assert cal.scales(8) == NEUTRAL  # another request count learns on its own
+
+
+def test_the_gain_is_per_position_a_ratio_of_running_means_and_only_where_drafts_were_verified():
+    """Two requests verify position 1 each step (survival 0.6 counted on, one accepted: 0.5 / 0.6 = 0.83
+    of it came true); position 2 is verified by one request every other step at survival 0.4 and never
+    accepted; position 3 never verified, so it keeps its neutral scale."""
+    cal = PlanCalibration()
+    for i in range(400):
+        verified = torch.tensor([2.0, float(i % 2), 0.0])
+        cal.observe_gain(2, torch.tensor([1.0, 0.0, 0.0]), torch.tensor([1.2, 0.4 * (i % 2), 0.0]), verified)
+    gain = cal.gain(2, 4)
+    assert abs(float(gain[0]) - 1 / 1.2) < 1e-6
+    assert abs(float(gain[1]) - GAIN_BOUNDS[0]) < 1e-6
+    assert gain[2:].tolist() == [1.0, 1.0]
+    assert cal.gain(4, 3).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_scales_are_bounded():
+    cal = PlanCalibration()
+    for _ in range(50):
+        cal.observe_plain(1, 0.2, 0.04)
+        cal.observe_spec(1, 0.01, 0.05)
+        cal.observe_gain(1, torch.tensor([5.0]), torch.tensor([1.0]), torch.tensor([1.0]))
+    assert cal.scales(1) == {"plain_scale": TIME_BOUNDS[1], "spec_scale": TIME_BOUNDS[0]}
+    assert abs(float(cal.gain(1, 1)[0]) - GAIN_BOUNDS[1]) < 1e-6
