@@ -71,8 +71,9 @@ class CapacityPlanner(Protocol):
 
 class AdaptiveVerifier:
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
-                 draft_cost: CostTable | None = None) -> None:
+                 draft_cost: CostTable | None = None, calibrate: bool = False) -> None:
         self.cost, self.estimator, self.draft_cost = cost, estimator, draft_cost
+        self.calibrate = calibrate  # scale the depth plan by `calibration` (measured either way)
         self.capacity_planner: CapacityPlanner | None = None
         self.overhead_s = 0.0  # EMA of the step's host time outside the target forward and the drafting
         # the same on pure decode steps, apart for steps that drafted and steps that did not (draft_host_s)
@@ -127,7 +128,7 @@ class AdaptiveVerifier:
                                          extra=(0, CATCH_UP_ROWS))
             draft_cost.row_block = row_block
         est = NgramEstimator(k) if cfg.spec.method == "ngram" else LogisticEstimator(k, 3)
-        return cls(cost, est, draft_cost)
+        return cls(cost, est, draft_cost, cfg.spec.calibrate_plan)
 
     def plan_depths(self, plan: "ScheduledStep") -> None:
         """Before drafting: cap each request's draft depth where the previous step's estimates say deeper
@@ -146,7 +147,7 @@ class AdaptiveVerifier:
         last = torch.stack([self._last.get(r.req_id, self._prior) for r in reqs])
         scores = survival(PLAN_SHRINK * last + (1 - PLAN_SHRINK) * self._prior, n)
         caps = n
-        pure, row = not plan.prefills, self.cost.nearest_requests(len(reqs))  # calibrated: pure decode steps
+        pure, row = not plan.prefills, self.cost.nearest_requests(len(reqs))  # calibration: pure decode steps
         self._catch_up, self._step_catch_up = {}, 0
         if self.draft_cost is not None and self.estimator_ready:
             B = len(reqs)
@@ -161,12 +162,13 @@ class AdaptiveVerifier:
                 caps, self._idle_plans = torch.zeros_like(n), self._idle_plans + 1
             else:
                 # survival scaled per position by what drafts delivered (non-increasing still: a prefix)
-                rated = scores * self.calibration.gain(row, scores.shape[1]) if pure else scores
+                scaled = pure and self.calibrate
+                rated = scores * self.calibration.gain(row, scores.shape[1]) if scaled else scores
                 chosen = plan_verify_lengths(rated.cummin(dim=1).values, self.cost, B + len(plan.prefills),
                                              B + prefill_tokens, self._base_emitted(plan, B + prefill_tokens),
                                              self.overhead_s, self.draft_cost.lookup(B, B),
                                              self._catch_up_row_s(B) * extra, draft_host_s=self.draft_host_s,
-                                             **(self.calibration.scales(row) if pure else {}))
+                                             **(self.calibration.scales(row) if scaled else {}))
                 caps = chosen.lengths
                 if pure and bool(caps.any()):
                     self._planned = (row, chosen.seconds, scores)

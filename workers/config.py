@@ -77,6 +77,11 @@ class SpecConfig(BaseModel):
                                "drafters shared by several replicas allocated by the cluster's budget actor "
                                "(an engine outside a cluster plans locally).")
     cost_table_budget_s: float = Field(60.0, gt=0, description="Time bound of the warm-up cost measurement.")
+    calibrate_plan: bool = Field(False, description="Adaptive, draft model: scale the draft-depth plan by how its "
+                                 "predictions fared on the steps it chose (workers/plan_calibration.py). Off by "
+                                 "default: an A/B in one process gained 0.6-3.9% at three points, but the c=1-8 "
+                                 "grid run with it on read lower for the trained draft at c=1-2 "
+                                 "(docs/performance.md).")
 
     @model_validator(mode="after")
     def _check(self) -> "SpecConfig":

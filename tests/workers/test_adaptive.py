@@ -196,14 +196,14 @@ def test_drafting_host_time_is_the_gap_between_drafting_and_plain_decode_steps()
     assert abs(av.draft_host_s - 0.003) < 1e-4
 
 
-def test_the_depth_plan_stops_drafting_when_its_drafts_are_accepted_less_than_it_counted_on():
+def test_a_calibrated_depth_plan_stops_drafting_when_its_drafts_are_accepted_less_than_it_counted_on():
     """At c=1 one position pays above an acceptance of ~0.11; estimates of 0.15 draft it. When the steps
     that drafted accept nothing (the estimates were high, the outcomes are not), the plan's calibration
     learns it after CALIBRATION_MIN_STEPS such steps and only probes draft from then on (their outcomes keep
     teaching it, so it could learn the other way too)."""
     est = LogisticEstimator(7, 3)
     est.refits = est.warmup_refits
-    av = AdaptiveVerifier(CostTable(dict(TARGET.seconds)), est, CostTable(dict(DRAFT.seconds)))
+    av = AdaptiveVerifier(CostTable(dict(TARGET.seconds)), est, CostTable(dict(DRAFT.seconds)), calibrate=True)
     av._prior = torch.full((7,), 0.15)
     req = SimpleNamespace(req_id="r", tokens=[1] * 20)
     av._last["r"] = torch.full((7,), 0.15)
@@ -221,6 +221,12 @@ def test_the_depth_plan_stops_drafting_when_its_drafts_are_accepted_less_than_it
     assert sum(depths[CALIBRATION_MIN_STEPS:]) <= (40 - CALIBRATION_MIN_STEPS) // PROBE_EVERY  # probes
     gain = av.calibration.gain(1, 7)
     assert gain[0] == GAIN_BOUNDS[0] and bool((gain[1:] == 1).all())  # positions never verified: no news
+    av.calibrate = False  # the default (SpecConfig.calibrate_plan): measured, not applied
+    other = SimpleNamespace(req_id="r2", tokens=[1] * 20)  # a new batch: planned afresh, not the idle plan
+    av._last["r2"] = torch.full((7,), 0.15)
+    plan = ScheduledStep(decodes=[(other, 7)])
+    av.plan_depths(plan)
+    assert plan.decodes[0][1] == 1
 
 
 def test_a_ragged_step_refreshes_the_uniform_cells_without_its_ragged_cost():
