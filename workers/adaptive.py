@@ -73,7 +73,7 @@ class AdaptiveVerifier:
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
                  draft_cost: CostTable | None = None, calibrate: bool = False) -> None:
         self.cost, self.estimator, self.draft_cost = cost, estimator, draft_cost
-        self.calibrate = calibrate  # scale the depth plan by `calibration` (measured either way)
+        self.calibrate = calibrate  # measure `calibration` and scale the depth plan by it
         self.capacity_planner: CapacityPlanner | None = None
         self.overhead_s = 0.0  # EMA of the step's host time outside the target forward and the drafting
         # the same on pure decode steps, apart for steps that drafted and steps that did not (draft_host_s)
@@ -147,7 +147,8 @@ class AdaptiveVerifier:
         last = torch.stack([self._last.get(r.req_id, self._prior) for r in reqs])
         scores = survival(PLAN_SHRINK * last + (1 - PLAN_SHRINK) * self._prior, n)
         caps = n
-        pure, row = not plan.prefills, self.cost.nearest_requests(len(reqs))  # calibration: pure decode steps
+        # calibrated plans: pure decode steps only
+        calibrated, row = self.calibrate and not plan.prefills, self.cost.nearest_requests(len(reqs))
         self._catch_up, self._step_catch_up = {}, 0
         if self.draft_cost is not None and self.estimator_ready:
             B = len(reqs)
@@ -162,20 +163,20 @@ class AdaptiveVerifier:
                 caps, self._idle_plans = torch.zeros_like(n), self._idle_plans + 1
             else:
                 # survival scaled per position by what drafts delivered (non-increasing still: a prefix)
-                scaled = pure and self.calibrate
-                rated = scores * self.calibration.gain(row, scores.shape[1]) if scaled else scores
-                chosen = plan_verify_lengths(rated.cummin(dim=1).values, self.cost, B + len(plan.prefills),
+                rated = (scores * self.calibration.gain(row, scores.shape[1])).cummin(dim=1).values \
+                    if calibrated else scores
+                chosen = plan_verify_lengths(rated, self.cost, B + len(plan.prefills),
                                              B + prefill_tokens, self._base_emitted(plan, B + prefill_tokens),
                                              self.overhead_s, self.draft_cost.lookup(B, B),
                                              self._catch_up_row_s(B) * extra, draft_host_s=self.draft_host_s,
-                                             **(self.calibration.scales(row) if scaled else {}))
+                                             **(self.calibration.scales(row) if calibrated else {}))
                 caps = chosen.lengths
-                if pure and bool(caps.any()):
+                if calibrated and bool(caps.any()):
                     self._planned = (row, chosen.seconds, scores)
                 self._idle_key, self._idle_plans = (None if bool(caps.any()) else key), 0
             # a probe's estimates reset the idle plan (`_remember`)
             probe = self._maybe_probe(caps, n, extra, (B + len(plan.prefills), B + prefill_tokens))
-            if pure and probe is not caps:  # priced as the plain step, one draft iteration, its catch-up, one row
+            if calibrated and probe is not caps:  # priced as the plain step, one draft iteration, its catch-up, one row
                 plain_s = self.cost.lookup(B, B) + self.overhead_s
                 self._planned = (row, plain_s + self._probe_cost_s + self.draft_host_s, scores)
             caps = probe
@@ -320,7 +321,7 @@ class AdaptiveVerifier:
         the drafter's time (it ran `draft_depth` batched iterations for
         `draft_requests` requests, the first with the catch-up rows planned for them), the host overhead, and
         (a draft model's pure decode steps) the depth plan's calibration."""
-        if self.draft_cost is not None and pure_decode:  # before this step refreshes what predicted it
+        if self.calibrate and self.draft_cost is not None and pure_decode:  # before this step refreshes it
             if draft_depth == 0:
                 row = self.cost.nearest_requests(requests)
                 self.calibration.observe_plain(row, wall_s, self.cost.lookup(requests, tokens) + self.overhead_s)
@@ -405,7 +406,6 @@ class AdaptiveVerifier:
         idx = torch.tensor([b for b, _, _ in rows])
         self.estimator.observe(proposal.features[idx], torch.tensor([n for _, n, _ in rows]),
                                torch.tensor([a for _, _, a in rows]))
-
 
     def _observe_gain(self, rows: list[tuple[int, int, int]]) -> None:
         """The depth plan's survival against the outcome, per position, for the drafts verified this step

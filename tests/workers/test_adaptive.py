@@ -221,7 +221,7 @@ def test_a_calibrated_depth_plan_stops_drafting_when_its_drafts_are_accepted_les
     assert sum(depths[CALIBRATION_MIN_STEPS:]) <= (40 - CALIBRATION_MIN_STEPS) // PROBE_EVERY  # probes
     gain = av.calibration.gain(1, 7)
     assert gain[0] == GAIN_BOUNDS[0] and bool((gain[1:] == 1).all())  # positions never verified: no news
-    av.calibrate = False  # the default (SpecConfig.calibrate_plan): measured, not applied
+    av.calibrate = False  # the default (SpecConfig.calibrate_plan): neither measured nor applied
     other = SimpleNamespace(req_id="r2", tokens=[1] * 20)  # a new batch: planned afresh, not the idle plan
     av._last["r2"] = torch.full((7,), 0.15)
     plan = ScheduledStep(decodes=[(other, 7)])
