@@ -20,6 +20,9 @@ One ratio for all positions was tried first: at ShareGPT c=1 the deep positions'
 floor, 0.5, and the plan stopped drafting where fixed k=2 beats no speculation by 7% (0.908 of k=2 against
 0.964 uncalibrated, one process, 3 interleaved cycles); nor could it recover, as only the steps the plan
 chose to draft in taught it.
+
+Used only with `SpecConfig.calibrate_plan`, off by default: the c=1-8 grid run with it on read the
+trained draft lower at c=1-2 than without it (docs/performance.md).
 """
 from __future__ import annotations
 
