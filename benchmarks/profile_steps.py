@@ -16,7 +16,7 @@ import collections
 import statistics
 import time
 
-from workers.bench import _spec, _warmed, run_ours, sustained_plan, workload_prompts
+from workers.bench import _spec, _warmed, run_ours, sustained_plan, varied_lengths, workload_prompts
 from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig
 from workers.adaptive import target_table_path
@@ -166,6 +166,8 @@ def main() -> None:
     c, L = args.concurrency, args.max_tokens
     warm, count = sustained_plan(c, n) if args.sustained else (0, n)
     ps = [any_e.encode_prompt(t, chat=True) for t in workload_prompts(args.workload, count, 0)]
+    if args.sustained:  # as the grid: varied output lengths, or no speculation's slots refill in lockstep
+        L = varied_lengths(count, L, 0)
     for _ in range(args.rounds):
         if args.interleave:
             for e in engines.values():
