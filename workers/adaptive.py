@@ -71,9 +71,11 @@ class CapacityPlanner(Protocol):
 
 class AdaptiveVerifier:
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
-                 draft_cost: CostTable | None = None, calibrate: bool = False) -> None:
+                 draft_cost: CostTable | None = None, calibrate: bool = False,
+                 calibrate_survival: bool = False) -> None:
         self.cost, self.estimator, self.draft_cost = cost, estimator, draft_cost
-        self.calibrate = calibrate  # measure `calibration` and scale the depth plan by it
+        self.calibrate = calibrate  # measure `calibration` and scale the depth plan's step times by it
+        self.calibrate_survival = calibrate_survival  # with `calibrate`: its survival too, per position
         self.capacity_planner: CapacityPlanner | None = None
         self.overhead_s = 0.0  # EMA of the step's host time outside the target forward and the drafting
         # the same on pure decode steps, apart for steps that drafted and steps that did not (draft_host_s)
@@ -128,7 +130,8 @@ class AdaptiveVerifier:
                                          extra=(0, CATCH_UP_ROWS))
             draft_cost.row_block = row_block
         est = NgramEstimator(k) if cfg.spec.method == "ngram" else LogisticEstimator(k, 3)
-        return cls(cost, est, draft_cost, cfg.spec.calibrate_plan)
+        mode = cfg.spec.calibrate_plan
+        return cls(cost, est, draft_cost, calibrate=mode != "off", calibrate_survival=mode == "time+survival")
 
     def plan_depths(self, plan: "ScheduledStep") -> None:
         """Before drafting: cap each request's draft depth where the previous step's estimates say deeper
@@ -164,7 +167,7 @@ class AdaptiveVerifier:
             else:
                 # survival scaled per position by what drafts delivered (non-increasing still: a prefix)
                 rated = (scores * self.calibration.gain(row, scores.shape[1])).cummin(dim=1).values \
-                    if calibrated else scores
+                    if calibrated and self.calibrate_survival else scores
                 chosen = plan_verify_lengths(rated, self.cost, B + len(plan.prefills),
                                              B + prefill_tokens, self._base_emitted(plan, B + prefill_tokens),
                                              self.overhead_s, self.draft_cost.lookup(B, B),
@@ -396,7 +399,7 @@ class AdaptiveVerifier:
 
     def learn(self, proposal: "Proposal", verify: list[tuple[int, object, int, int]], accepted: list[int]) -> None:
         rows = [(b, n, a) for (b, _, n, _), a in zip(verify, accepted) if b >= 0]
-        if self._planned is not None:
+        if self._planned is not None and self.calibrate_survival:
             self._observe_gain(rows)
         if getattr(self.estimator, "uses_history", False):  # the next trim's history key (n-gram table)
             self._verified_last.update((req.req_id, (n, a)) for (b, req, n, _), a in zip(verify, accepted)

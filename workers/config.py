@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 SpecMethod = Literal["off", "ngram", "draft"]
 VerifyMode = Literal["fixed", "adaptive", "adaptive-global"]
+PlanCalibrationMode = Literal["off", "time", "time+survival"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 
 MAX_STOP_STRINGS = 64
@@ -77,11 +78,16 @@ class SpecConfig(BaseModel):
                                "drafters shared by several replicas allocated by the cluster's budget actor "
                                "(an engine outside a cluster plans locally).")
     cost_table_budget_s: float = Field(60.0, gt=0, description="Time bound of the warm-up cost measurement.")
-    calibrate_plan: bool = Field(False, description="Adaptive, draft model: scale the draft-depth plan by how its "
-                                 "predictions fared on the steps it chose (workers/plan_calibration.py). Off by "
-                                 "default: an A/B in one process gained 0.6-3.9% at three points, but the c=1-8 "
-                                 "grid run with it on read lower for the trained draft at c=1-2 "
-                                 "(docs/performance.md).")
+    calibrate_plan: PlanCalibrationMode = Field(
+        "time", description="Adaptive, draft model: scale the draft-depth plan by how its "
+        "predictions fared on the steps it chose (workers/plan_calibration.py). time: the step times of "
+        "drafting and of not drafting; time+survival: also each position's survival; off: neither. "
+        "true/false read as time+survival/off. See docs/performance.md for the A/Bs behind the default.")
+
+    @field_validator("calibrate_plan", mode="before")
+    @classmethod
+    def _calibrate_plan_bool(cls, v: object) -> object:  # the switch was a bool before the time-only mode
+        return ("time+survival" if v else "off") if isinstance(v, bool) else v
 
     @model_validator(mode="after")
     def _check(self) -> "SpecConfig":

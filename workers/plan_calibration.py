@@ -21,8 +21,13 @@ floor, 0.5, and the plan stopped drafting where fixed k=2 beats no speculation b
 0.964 uncalibrated, one process, 3 interleaved cycles); nor could it recover, as only the steps the plan
 chose to draft in taught it.
 
-Used only with `SpecConfig.calibrate_plan`, off by default: the c=1-8 grid run with it on read the
-trained draft lower at c=1-2 than without it (docs/performance.md).
+`SpecConfig.calibrate_plan` picks what is applied: "time" (the default) scales the two kinds of step time
+only; "time+survival" also each position's survival; "off" neither (nothing is measured). Time and
+survival together lost at repetitive c=1 (0.961 against 0.983 of max(no speculation, k=2), the second
+position's ratio at its floor) and the c=1-8 grid run with them read the trained draft lower at c=1-2. Time
+alone, in one process against no calibration (3 interleaved cycles a point): repetitive c=1 0.991 against
+0.967, ShareGPT c=1 1.014 against 0.982, repetitive c=2 0.995 against 1.002, repetitive c=8 0.998 against
+0.989 (docs/performance.md). Drafting steps there ran 4-10% under their prediction, so it drafts more.
 """
 from __future__ import annotations
 

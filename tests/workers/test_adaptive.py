@@ -203,7 +203,8 @@ def test_a_calibrated_depth_plan_stops_drafting_when_its_drafts_are_accepted_les
     teaching it, so it could learn the other way too)."""
     est = LogisticEstimator(7, 3)
     est.refits = est.warmup_refits
-    av = AdaptiveVerifier(CostTable(dict(TARGET.seconds)), est, CostTable(dict(DRAFT.seconds)), calibrate=True)
+    av = AdaptiveVerifier(CostTable(dict(TARGET.seconds)), est, CostTable(dict(DRAFT.seconds)), calibrate=True,
+                          calibrate_survival=True)
     av._prior = torch.full((7,), 0.15)
     req = SimpleNamespace(req_id="r", tokens=[1] * 20)
     av._last["r"] = torch.full((7,), 0.15)
@@ -221,12 +222,47 @@ def test_a_calibrated_depth_plan_stops_drafting_when_its_drafts_are_accepted_les
     assert sum(depths[CALIBRATION_MIN_STEPS:]) <= (40 - CALIBRATION_MIN_STEPS) // PROBE_EVERY  # probes
     gain = av.calibration.gain(1, 7)
     assert gain[0] == GAIN_BOUNDS[0] and bool((gain[1:] == 1).all())  # positions never verified: no news
-    av.calibrate = False  # the default (SpecConfig.calibrate_plan): neither measured nor applied
+    av.calibrate = False  # calibrate_plan="off": neither measured nor applied
     other = SimpleNamespace(req_id="r2", tokens=[1] * 20)  # a new batch: planned afresh, not the idle plan
     av._last["r2"] = torch.full((7,), 0.15)
     plan = ScheduledStep(decodes=[(other, 7)])
     av.plan_depths(plan)
     assert plan.decodes[0][1] == 1
+
+
+def test_a_time_calibrated_plan_follows_the_step_times_and_leaves_the_survival_alone():
+    """calibrate_plan="time": drafting steps that ran 1.5x their prediction stop the drafting at c=1 (one
+    position pays above ~0.11 as priced, not at 1.5x the price), while the same drafts accepted at half
+    the survival counted on do not (survival is scaled only in "time+survival"), and the gain is not kept."""
+    def plan_depth(av):
+        req = SimpleNamespace(req_id=f"r{len(av._last)}", tokens=[1] * 20)  # a new batch: planned afresh
+        av._last[req.req_id] = torch.full((7,), 0.15)
+        plan = ScheduledStep(decodes=[(req, 7)])
+        av.plan_depths(plan)
+        return plan.decodes[0][1]
+
+    est = LogisticEstimator(7, 3)
+    est.refits = est.warmup_refits
+    av = AdaptiveVerifier(TARGET, est, DRAFT, calibrate=True)
+    av._prior = torch.full((7,), 0.15)
+    assert plan_depth(av) == 1
+    for _ in range(CALIBRATION_MIN_STEPS):
+        av.calibration.observe_gain(1, torch.tensor([0.075]), torch.tensor([0.15]), torch.tensor([1.0]))
+    assert plan_depth(av) == 1  # survival left as estimated
+    av.learn(SimpleNamespace(features=None), [(0, SimpleNamespace(req_id="x"), 1, 0)], [0])
+    assert av.calibration._rows[1].gain[0].steps == CALIBRATION_MIN_STEPS  # not measured in "time"
+    for _ in range(CALIBRATION_MIN_STEPS):
+        av.calibration.observe_spec(1, 0.075, 0.05)
+        av.calibration.observe_plain(1, 0.0402, 0.0402)
+    assert plan_depth(av) == 0
+
+
+def test_the_plan_calibration_switch_reads_the_old_booleans():
+    from workers.config import SpecConfig
+
+    assert SpecConfig(calibrate_plan=True).calibrate_plan == "time+survival"
+    assert SpecConfig(calibrate_plan=False).calibrate_plan == "off"
+    assert SpecConfig(calibrate_plan="time").calibrate_plan == "time"
 
 
 def test_a_ragged_step_refreshes_the_uniform_cells_without_its_ragged_cost():
