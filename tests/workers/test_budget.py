@@ -62,6 +62,21 @@ def test_cost_table_interpolates_extrapolates_and_refreshes():
     assert abs(t.seconds[(1, 1)] - 0.010 * (1 + (1 - 0.9 ** 8) * (0.020 / 0.010 - 1))) < 1e-9
 
 
+def test_integer_lookups_read_a_dense_table_equal_to_the_interpolation_and_refreshed_with_it():
+    rng = np.random.default_rng(0)
+    for row_block, block_rows in ((1, None), (32, None), (32, 3.5)):
+        t = CostTable({(r, r * (1 + e)): float(rng.uniform(0.01, 0.5)) for r in (1, 4, 32) for e in (0, 1, 4, 8)},
+                      row_block=row_block, block_rows=block_rows)
+        for r in (1, 3, 9, 40):
+            tokens = rng.integers(0, 3000, size=50)
+            assert np.array_equal(t.lookup_array(r, tokens), t._interpolate(r, tokens))
+            assert t.lookup(r, int(tokens[0])) == float(t._interpolate(r, tokens[:1])[0])
+        assert t.lookup(4, 70_000) == float(t._interpolate(4, np.array([70_000]))[0])  # past the dense range
+        before = t.lookup(4, 8)
+        t.observe(4, 8, 2 * before)  # a refresh moves the cell, and the dense table with it
+        assert t.lookup(4, 8) > before and t.lookup(4, 8) == float(t._interpolate(4, np.array([8]))[0])
+
+
 def test_refresh_keeps_the_slope_when_steps_fall_between_cells():
     """Observations that agree with a steeper truth must steepen the curve, wherever they fall."""
     t = CostTable({(32, 32): 0.100, (32, 64): 0.110})
