@@ -1,5 +1,6 @@
 """The depth plan's calibration (workers/plan_calibration.py): ratios of observed to predicted per kind of step,
 per position and per request count, neutral until enough steps were seen, and bounded."""
+import pytest
 import torch
 
 from workers.plan_calibration import CALIBRATION_MIN_STEPS, GAIN_BOUNDS, TIME_BOUNDS, PlanCalibration
@@ -18,6 +19,23 @@ def test_time_scales_are_neutral_until_enough_steps_of_a_kind_were_seen():
     cal.observe_spec(4, 0.090, 0.060)
     assert cal.scales(4) == {"plain_scale": 1.25, "spec_scale": 1.5}
     assert cal.scales(8) == NEUTRAL  # another request count learns on its own
+
+
+def test_a_kind_of_step_not_measured_yet_borrows_the_other_kinds_ratio():
+    """Plain steps running 25% over the table at a request count where nothing drafted yet: drafting steps
+    (which contain the same forward) are priced 25% over too, not at the table, which made drafting look
+    better than it was; once drafting steps are measured, their own ratio counts."""
+    cal = PlanCalibration()
+    for _ in range(CALIBRATION_MIN_STEPS):
+        cal.observe_plain(32, 0.250, 0.200)
+    assert cal.scales(32) == pytest.approx({"plain_scale": 1.25, "spec_scale": 1.25})
+    for _ in range(CALIBRATION_MIN_STEPS):
+        cal.observe_spec(32, 0.220, 0.200)
+    assert cal.scales(32) == pytest.approx({"plain_scale": 1.25, "spec_scale": 1.1})
+    other = PlanCalibration()
+    for _ in range(CALIBRATION_MIN_STEPS):
+        other.observe_spec(2, 0.045, 0.050)
+    assert other.scales(2) == pytest.approx({"plain_scale": 0.9, "spec_scale": 0.9})
 
 
 def test_the_gain_is_per_position_a_ratio_of_running_means_and_only_where_drafts_were_verified():
