@@ -102,7 +102,7 @@ class CostTable:
         return list(zip(xs, _isotonic([sum(by_x[x]) / len(by_x[x]) for x in xs])))
 
     def lookup(self, requests: int, tokens: int) -> float:
-        if 0 <= tokens <= DENSE_MAX:
+        if isinstance(tokens, (int, np.integer)) and 0 <= tokens <= DENSE_MAX:
             return float(self._dense(max(1, requests), int(tokens))[tokens])
         return float(self._interpolate(requests, np.array([tokens]))[0])
 

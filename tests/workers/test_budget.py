@@ -72,6 +72,7 @@ def test_integer_lookups_read_a_dense_table_equal_to_the_interpolation_and_refre
             assert np.array_equal(t.lookup_array(r, tokens), t._interpolate(r, tokens))
             assert t.lookup(r, int(tokens[0])) == float(t._interpolate(r, tokens[:1])[0])
         assert t.lookup(4, 70_000) == float(t._interpolate(4, np.array([70_000]))[0])  # past the dense range
+        assert t.lookup(4, 7.5) == float(t._interpolate(4, np.array([7.5]))[0])  # not a token count: interpolated
         before = t.lookup(4, 8)
         t.observe(4, 8, 2 * before)  # a refresh moves the cell, and the dense table with it
         assert t.lookup(4, 8) > before and t.lookup(4, 8) == float(t._interpolate(4, np.array([8]))[0])
