@@ -291,8 +291,10 @@ def hardware_key(model: str, dtype: str, device: str) -> str:
 def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAULT_REQUESTS,
             extra: tuple[int, ...] = DEFAULT_EXTRA_TOKENS, budget_s: float = 60.0, repeats: int = 5,
             ragged_step: Callable[[list[int]], None] | None = None, row_block: int = 1) -> CostTable:
-    """Time `step(requests, tokens)` over the grid (median of `repeats`), smallest cells first, stopping
-    when the time budget is spent; cells not reached are left out (lookups extrapolate). With `ragged_step`
+    """Time `step(requests, tokens)` over the grid (median of `repeats`), smallest cells first, within the
+    time budget: a cell whose `repeats` steps the table so far predicts to end past it is left out (lookups
+    extrapolate), and so is every cell once the budget is spent. Checking only that time was left let the
+    last cell run the whole budget over (its 5 steps of 64 x 9 tokens are the grid's longest). With `ragged_step`
     (rows per request -> one step), each request count >= 2 also gets its `ragged` cells, priced against
     the lookup the policy will make (`row_block` as the runner computes)."""
     table = CostTable(row_block=row_block)
@@ -308,23 +310,41 @@ def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAUL
     for _ in range(2):  # untimed: the first steps after loading run slow (measured 55 ms vs 34 for 1 x 1)
         step(requests[0], requests[0])
     deadline = time.perf_counter() + budget_s
-    # the uniform grid first, then the ragged cells: a budget cut loses the latter, not the grid
+    # the uniform grid first, then the ragged cells: a budget cut loses the latter first (a ragged cell of
+    # few requests may still fit after the largest uniform cells did not)
     cells = [(r, e, False) for r in requests for e in extra]
     cells += [(r, e, True) for r in requests if r > 1 and ragged_step for e in RAGGED_EXTRA]
+    skipped: list[tuple[int, int, bool]] = []
     for r, e, ragged in cells:
         if ragged and table.block_rows is None and row_block > 1 and (row_block, 2 * row_block) in table.seconds:
             # before the ragged cells, which are priced against the lookup this changes
             table.block_rows = block_cost_rows(table, median_s(lambda: ragged_step([1] * (row_block - 1) + [2])))
-        if time.perf_counter() > deadline:
-            log.warning("cost table: time budget spent at %d requests%s; the rest is extrapolated", r,
-                        " (ragged cells)" if ragged else "")
-            return table
+        predicted = repeats * _predicted_step_s(table, r, r * (1 + e) if not ragged else r + e)
+        if time.perf_counter() + predicted > deadline:
+            skipped.append((r, e, ragged))
+            continue
         if not ragged:
             table.seconds[(r, r * (1 + e))] = median_s(lambda: step(r, r * (1 + e)))
         elif (r, r) in table.seconds:
             s = median_s(lambda: ragged_step([1] * (r - 1) + [1 + e]))
             table.ragged[(r, e)] = max(0.0, s - table.lookup(r, r + e))
+    if skipped:
+        log.warning("cost table: %d of %d cells did not fit the %.0f s budget and are extrapolated "
+                    "(first: %d requests, %d extra rows%s)", len(skipped), len(cells), budget_s, skipped[0][0],
+                    skipped[0][1], ", ragged" if skipped[0][2] else "")
     return table
+
+
+def _predicted_step_s(table: CostTable, requests: int, tokens: int) -> float:
+    """A cell's step time as the table measured so far predicts it (0 before any cell). A row of one cell
+    looks up flat, so there it grows in proportion to tokens: the next cell of a new row is the compute-bound
+    case (64 x 1 tokens to 64 x 2), and over-predicting a small memory-bound cell costs no cell near the end."""
+    if not table.seconds:
+        return 0.0
+    xs, ss = table._curve(requests)
+    if len(xs) == 1:
+        return float(ss[0]) * max(1.0, tokens / max(float(xs[0]), 1.0))
+    return table.lookup(requests, tokens)
 
 
 def block_cost_rows(table: CostTable, opened_s: float) -> float:

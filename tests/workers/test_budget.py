@@ -142,6 +142,13 @@ def test_measure_respects_grid_and_time_budget():
                    repeats=1).seconds.keys() == {(1, 1)}
 
 
+def test_measure_leaves_out_a_cell_predicted_to_end_past_the_budget():
+    """Checking only that time is left let the last cell overrun the budget by its whole length: here 16
+    tokens at 10 ms each, which the 2 x 1 cell predicts (160 ms) to end past a 120 ms budget."""
+    table = measure(lambda r, n: time.sleep(0.01 * n), requests=(1, 2, 16), extra=(0,), budget_s=0.12, repeats=1)
+    assert sorted(table.seconds) == [(1, 1), (2, 2)]
+
+
 def test_measure_times_ragged_cells_against_the_uniform_lookup():
     """A step where one request computes 1 + e rows and the others 1: its cost above the uniform cells'
     interpolation at the same tokens is stored per (requests, e); one request is never ragged."""
