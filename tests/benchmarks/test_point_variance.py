@@ -11,7 +11,7 @@ from point_variance import analyse  # noqa: E402
 def test_paired_and_grid_point_ratios():
     samples = {"off": [100.0, 90.0, 110.0, 100.0], "k2": [95.0, 100.0, 100.0, 80.0],
                "adaptive": [99.0, 99.0, 99.0, 99.0]}
-    out = analyse(samples, "adaptive")
+    out = analyse(samples, "adaptive", grid_repeat=3)
     # per cycle: 99 / max(off, k2) = 0.99, 0.99, 0.9, 0.99
     assert out["paired_ratio"]["median"] == pytest.approx(0.99)
     assert out["paired_ratio"]["min"] == pytest.approx(0.9)
@@ -21,6 +21,17 @@ def test_paired_and_grid_point_ratios():
     assert out["grid_point_at_least_0.98"] == 1.0
     assert out["relative_spread"]["off"] == pytest.approx(0.2)
     assert out["paired_vs_off"]["max"] == pytest.approx(1.1)  # 99 / 90
+    assert out["grid_repeat"] == 3
+
+
+def test_grid_points_default_to_the_grid_of_records_two_cycles():
+    samples = {"off": [100.0, 90.0, 110.0], "adaptive": [99.0, 90.0, 99.0]}
+    out = analyse(samples, "adaptive")
+    # every 2 of 3 cycles, medians of two (their means): 94.5/95, 99/105, 94.5/100
+    assert out["grid_repeat"] == 2
+    assert out["grid_point_ratio"]["max"] == pytest.approx(94.5 / 95, abs=1e-4)
+    assert out["grid_point_ratio"]["min"] == pytest.approx(99 / 105, abs=1e-4)
+    assert out["grid_point_at_least_0.98"] == pytest.approx(1 / 3, abs=1e-3)
 
 
 def test_a_placebo_is_read_like_adaptive_against_the_same_configurations():
