@@ -14,7 +14,8 @@ import torch
 
 from workers.attention import SMALL_ROWS
 from workers.budget import choose_verify_lengths, plan_verify_lengths, survival
-from workers.cost_table import CostTable, GroupCostFit, hardware_key, load_or_measure
+from workers.cost_table import (DEFAULT_EXTRA_TOKENS, RAGGED_EXTRA, CostTable, GroupCostFit, hardware_key,
+                                load_or_measure)
 from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
 from workers.model_runner import ModelRunner, StepChunk
 from workers.model_store import cache_dir
@@ -111,9 +112,10 @@ class AdaptiveVerifier:
         path = target_table_path(engine)
         log.info("cost table: %s (measuring if absent, <= %.0f s)", path, cfg.spec.cost_table_budget_s)
         requests = tuple(r for r in (1, 2, 4, 8, 16, 32, 64) if r <= cfg.max_num_seqs)
+        requests_fit = _requests_that_fit(engine.runner, requests, 1 + max(DEFAULT_EXTRA_TOKENS + RAGGED_EXTRA))
         row_block = SMALL_ROWS if cfg.batch_invariant else 1  # a property of the runner, not the file
         cost = load_or_measure(path, lambda r, n: _profile_step(engine.runner, r, n),
-                               budget_s=cfg.spec.cost_table_budget_s, requests=requests,
+                               budget_s=cfg.spec.cost_table_budget_s, requests=requests_fit,
                                ragged_step=lambda rows: _profile_rows(engine.runner, rows), row_block=row_block)
         cost.row_block = row_block
         k = engine.k
@@ -122,11 +124,14 @@ class AdaptiveVerifier:
             # a remote drafter is timed through its transport; a local one is profiled here
             step = getattr(engine.proposer, "profile_step", None)
             where = "|remote" if step is not None else ""
-            step = step or (lambda r, n: _profile_step(engine.proposer.runner, r, n))
+            draft_requests = requests
+            if step is None:
+                step = lambda r, n: _profile_step(engine.proposer.runner, r, n)  # noqa: E731
+                draft_requests = _requests_that_fit(engine.proposer.runner, requests, 1 + CATCH_UP_ROWS)
             dkey = hardware_key(f"{cfg.model}|draft:{cfg.spec.draft_model}{where}|catch-up",
                                 str(engine.model.dtype), str(engine.model.device))
             draft_cost = load_or_measure(cache_dir() / "cost_tables" / f"{dkey}.json", step,
-                                         budget_s=cfg.spec.cost_table_budget_s / 4, requests=requests,
+                                         budget_s=cfg.spec.cost_table_budget_s / 4, requests=draft_requests,
                                          extra=(0, CATCH_UP_ROWS))
             draft_cost.row_block = row_block
         est = NgramEstimator(k) if cfg.spec.method == "ngram" else LogisticEstimator(k, 3)
@@ -431,6 +436,23 @@ def target_table_path(engine: "LLMEngine") -> Path:
     tp = f"|tp{cfg.tensor_parallel_size}" if cfg.tensor_parallel_size > 1 else ""
     key = hardware_key(cfg.model + tp + "|blocks", str(engine.model.dtype), str(engine.model.device))
     return cache_dir() / "cost_tables" / f"{key}.json"
+
+
+def _requests_that_fit(runner: ModelRunner, requests: tuple[int, ...], rows: int) -> tuple[int, ...]:
+    """The warm-up's request counts whose steps (`rows` positions each at PROFILE_CONTEXT) fit in the runner's
+    KV pool; the others are left out (the table extrapolates) with a warning. A 0.5 GB pool (728 blocks of
+    the default model) cannot hold 64 x 17 blocks: the warm-up raised NoFreeBlocksError and the engine did not
+    start, unless a table measured with a larger pool was already on disk."""
+    pool = getattr(runner, "pool", None)
+    if pool is None:
+        return requests
+    per_request = -(-(PROFILE_CONTEXT + rows) // pool.block_size)
+    fit = tuple(r for r in requests if r * per_request <= pool.num_free) or requests[:1]
+    if len(fit) < len(requests):
+        log.warning("cost table: the KV pool (%d blocks free) holds warm-up steps of up to %d requests; "
+                    "larger counts are extrapolated (raise kv_cache_memory_gb to measure them)",
+                    pool.num_free, fit[-1])
+    return fit
 
 
 def _profile_step(runner: ModelRunner, requests: int, tokens: int) -> None:

@@ -350,3 +350,16 @@ def test_an_ngram_request_is_rated_by_how_its_last_draft_fared():
     assert step([5, 0]) == [2.0, 3.0]  # 1 accepted; 5 accepted
     av.forget("r0")
     assert step([5, 0]) == [0.0, 1.0]
+
+
+def test_the_warm_up_measures_only_request_counts_whose_steps_fit_in_the_kv_pool(caplog):
+    """A pool of 100 blocks of 16 tokens holds 5 requests at the warm-up's context (17 blocks each): the
+    counts above are left out, with a warning, instead of failing the engine's start."""
+    from workers.block_pool import BlockPool
+
+    runner = SimpleNamespace(pool=BlockPool(100, 16))
+    with caplog.at_level("WARNING"):
+        assert adaptive_module._requests_that_fit(runner, (1, 2, 4, 8, 16), 9) == (1, 2, 4)
+    assert "up to 4 requests" in caplog.text
+    assert adaptive_module._requests_that_fit(SimpleNamespace(pool=BlockPool(400, 16)), (1, 2, 4, 8, 16), 9) \
+        == (1, 2, 4, 8, 16)

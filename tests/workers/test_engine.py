@@ -1,9 +1,11 @@
 """Engine mechanics on tiny random models: losslessness, KV accounting, scheduling, errors."""
 import pytest
+import torch
 from pydantic import ValidationError
 
 from workers.config import EngineConfig, SamplingParams, SpecConfig
 from workers.engine import InvalidRequestError, LLMEngine
+from workers.model_runner import pick_dtype
 
 
 def _engine(model, spec=None, **kw):
@@ -92,8 +94,10 @@ def test_bad_input_is_a_clear_error_and_engine_keeps_serving(tiny_target):
 
 
 def test_queues_and_preempts_when_kv_runs_short(tiny_target):
-    # 20 blocks of 16 tokens (256 B of bf16 KV per token): 6 requests x (50 prompt + 60 output) need 42
-    eng = _engine(tiny_target, SpecConfig(method="ngram", k=4), kv_cache_memory_gb=20 * 16 * 256 / 2**30)
+    # 20 blocks of 16 tokens (128 KV values per token: 256 B in bf16, 512 B in fp32, as `dtype="auto"` picks
+    # on this CPU): 6 requests x (50 prompt + 60 output) need 42
+    per_token = 128 * torch.tensor([], dtype=pick_dtype("auto", torch.device("cpu"))).element_size()
+    eng = _engine(tiny_target, SpecConfig(method="ngram", k=4), kv_cache_memory_gb=20 * 16 * per_token / 2**30)
     assert eng.runner.pool.num_blocks == 20
     prompts = [PROMPTS[2]] * 6
     base = [r.output_ids for r in _engine(tiny_target).generate(prompts, _greedy(60))]
