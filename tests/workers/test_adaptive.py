@@ -363,3 +363,23 @@ def test_the_warm_up_measures_only_request_counts_whose_steps_fit_in_the_kv_pool
     assert "up to 4 requests" in caplog.text
     assert adaptive_module._requests_that_fit(SimpleNamespace(pool=BlockPool(400, 16)), (1, 2, 4, 8, 16), 9) \
         == (1, 2, 4, 8, 16)
+
+
+def test_a_step_whose_trim_cut_the_planned_drafts_does_not_calibrate_the_depth_plan():
+    """The plan priced verifying what it drafted; a step whose trim cut those drafts took less time than
+    that for another reason than the plan's cost model, so the plan's calibration leaves it out."""
+    est = LogisticEstimator(7, 3)
+    est.refits = est.warmup_refits
+    av = AdaptiveVerifier(CostTable(dict(TARGET.seconds)), est, CostTable(dict(DRAFT.seconds)), calibrate=True)
+    av._prior = torch.full((7,), 0.15)
+    req = SimpleNamespace(req_id="r", tokens=[1] * 20)
+    av._last["r"] = torch.full((7,), 0.15)
+    plan = ScheduledStep(decodes=[(req, 7)])
+    av.plan_depths(plan)
+    assert plan.decodes[0][1] == 1 and av._planned is not None
+    proposal = SimpleNamespace(features=torch.full((1, 7, 3), -30.0), num_drafts=torch.tensor([1]))
+    av.estimator.predict = lambda f: torch.zeros(f.shape[:2])  # fresh estimates: nothing survives
+    av.trim(proposal, plan)
+    assert proposal.num_drafts.tolist() == [0] and av._planned is None
+    av.observe_step(0.045, 0.040, 0.0045, 1, 1, True, 1, 1)
+    assert 1 not in av.calibration._rows or av.calibration._rows[1].spec.steps == 0
