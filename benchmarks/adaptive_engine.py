@@ -123,7 +123,21 @@ def markdown_tables(data: dict) -> str:
     return "\n".join(out)
 
 
-SETTINGS = ("modes", "repeat", "max_tokens", "sustained", "min_requests", "per_slot", "interleave")
+SETTINGS = ("modes", "repeat", "max_tokens", "sustained", "min_requests", "per_slot", "interleave", "machine")
+
+
+def machine() -> dict:
+    """What the grid's figures depend on besides the code: the CPU's vector ISA as torch dispatches it, the
+    dtype `auto` picks there (bf16 with AMX/AVX512-BF16, else fp32) and the cores. Two such machines differ
+    ~2x in step time and in what a verified row costs, so runs on different ones are not merged."""
+    import os
+
+    import torch
+
+    from workers.model_runner import pick_dtype
+
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "dtype": str(pick_dtype("auto", torch.device("cpu"))).removeprefix("torch."), "cores": os.cpu_count()}
 
 
 def merge_runs(runs: list[dict]) -> tuple[dict, list[dict]]:
@@ -170,7 +184,7 @@ def main() -> None:
                          sustained=not args.drained, min_requests=args.min_requests, interleave=args.interleave)
         settings = {"modes": MODES, "repeat": args.repeat, "max_tokens": args.max_tokens,
                     "sustained": not args.drained, "min_requests": args.min_requests, "per_slot": args.per_slot,
-                    "interleave": args.interleave}
+                    "interleave": args.interleave, "machine": machine()}
         data = [r.__dict__ for r in rows]
     summary = summarise(data)
     Path(args.out).write_text(json.dumps({**settings, "summary": summary, "rows": data}, indent=1))

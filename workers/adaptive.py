@@ -112,7 +112,8 @@ class AdaptiveVerifier:
         path = target_table_path(engine)
         log.info("cost table: %s (measuring if absent, <= %.0f s)", path, cfg.spec.cost_table_budget_s)
         requests = tuple(r for r in (1, 2, 4, 8, 16, 32, 64) if r <= cfg.max_num_seqs)
-        requests_fit = _requests_that_fit(engine.runner, requests, 1 + max(DEFAULT_EXTRA_TOKENS + RAGGED_EXTRA))
+        requests_fit = requests if path.exists() else \
+            _requests_that_fit(engine.runner, requests, 1 + max(DEFAULT_EXTRA_TOKENS + RAGGED_EXTRA))
         row_block = SMALL_ROWS if cfg.batch_invariant else 1  # a property of the runner, not the file
         cost = load_or_measure(path, lambda r, n: _profile_step(engine.runner, r, n),
                                budget_s=cfg.spec.cost_table_budget_s, requests=requests_fit,
@@ -125,12 +126,14 @@ class AdaptiveVerifier:
             step = getattr(engine.proposer, "profile_step", None)
             where = "|remote" if step is not None else ""
             draft_requests = requests
-            if step is None:
-                step = lambda r, n: _profile_step(engine.proposer.runner, r, n)  # noqa: E731
-                draft_requests = _requests_that_fit(engine.proposer.runner, requests, 1 + CATCH_UP_ROWS)
             dkey = hardware_key(f"{cfg.model}|draft:{cfg.spec.draft_model}{where}|catch-up",
                                 str(engine.model.dtype), str(engine.model.device))
-            draft_cost = load_or_measure(cache_dir() / "cost_tables" / f"{dkey}.json", step,
+            dpath = cache_dir() / "cost_tables" / f"{dkey}.json"
+            if step is None:
+                step = lambda r, n: _profile_step(engine.proposer.runner, r, n)  # noqa: E731
+                if not dpath.exists():
+                    draft_requests = _requests_that_fit(engine.proposer.runner, requests, 1 + CATCH_UP_ROWS)
+            draft_cost = load_or_measure(dpath, step,
                                          budget_s=cfg.spec.cost_table_budget_s / 4, requests=draft_requests,
                                          extra=(0, CATCH_UP_ROWS))
             draft_cost.row_block = row_block

@@ -21,7 +21,7 @@ def rows(c: int, adaptive: float) -> list[dict]:
 
 def test_parts_merge_into_one_grid():
     settings, data = merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "rows": rows(16, 105.0)}])
-    assert settings == {**SETTINGS, "interleave": False}  # runs from before the option ran one at a time
+    assert settings == {**SETTINGS, "interleave": False, "machine": False}  # runs from before the options
     summary = {s["concurrency"]: s["adaptive_vs_best"] for s in summarise(data)}
     assert summary == {1: pytest.approx(0.99), 16: pytest.approx(1.05)}
 
@@ -31,6 +31,11 @@ def test_parts_that_differ_or_overlap_are_refused():
         merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "repeat": 5, "rows": rows(16, 99.0)}])
     with pytest.raises(SystemExit, match="interleave"):
         merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "interleave": True, "rows": rows(16, 99.0)}])
+    bf16 = {"cpu_capability": "AVX512", "dtype": "bfloat16", "cores": 2}
+    with pytest.raises(SystemExit, match="machine"):  # another CPU: other step times, not one grid
+        merge_runs([{**SETTINGS, "machine": bf16, "rows": rows(1, 99.0)},
+                    {**SETTINGS, "machine": {**bf16, "cpu_capability": "AVX2", "dtype": "float32"},
+                     "rows": rows(16, 99.0)}])
     with pytest.raises(SystemExit, match="twice"):
         merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "rows": rows(1, 99.0)}])
 
