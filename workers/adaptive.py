@@ -449,7 +449,7 @@ def target_table_path(engine: "LLMEngine") -> Path:
 
 def _requests_that_fit(runner: ModelRunner, requests: tuple[int, ...], rows: int) -> tuple[int, ...]:
     """The warm-up's request counts whose steps (`rows` positions each at PROFILE_CONTEXT) fit in the runner's
-    KV pool; the others are left out (the table extrapolates) with a warning. A 0.5 GB pool (728 blocks of
+    KV pool; the others are left out (the table extrapolates) with a warning. A 0.5 GB fp32 pool (728 blocks of
     the default model) cannot hold 64 x 17 blocks: the warm-up raised NoFreeBlocksError and the engine did not
     start, unless a table measured with a larger pool was already on disk."""
     pool = getattr(runner, "pool", None)
