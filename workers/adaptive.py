@@ -112,8 +112,7 @@ class AdaptiveVerifier:
         path = target_table_path(engine)
         log.info("cost table: %s (measuring if absent, <= %.0f s)", path, cfg.spec.cost_table_budget_s)
         requests = tuple(r for r in (1, 2, 4, 8, 16, 32, 64) if r <= cfg.max_num_seqs)
-        requests_fit = requests if path.exists() else \
-            _requests_that_fit(engine.runner, requests, 1 + max(DEFAULT_EXTRA_TOKENS + RAGGED_EXTRA))
+        requests_fit = _requests_that_fit(engine.runner, requests, 1 + max(DEFAULT_EXTRA_TOKENS + RAGGED_EXTRA), path)
         row_block = SMALL_ROWS if cfg.batch_invariant else 1  # a property of the runner, not the file
         cost = load_or_measure(path, lambda r, n: _profile_step(engine.runner, r, n),
                                budget_s=cfg.spec.cost_table_budget_s, requests=requests_fit,
@@ -125,14 +124,12 @@ class AdaptiveVerifier:
             # a remote drafter is timed through its transport; a local one is profiled here
             step = getattr(engine.proposer, "profile_step", None)
             where = "|remote" if step is not None else ""
-            draft_requests = requests
+            runner = None if step is not None else engine.proposer.runner
+            step = step or (lambda r, n: _profile_step(runner, r, n))
             dkey = hardware_key(f"{cfg.model}|draft:{cfg.spec.draft_model}{where}|catch-up",
                                 str(engine.model.dtype), str(engine.model.device))
             dpath = cache_dir() / "cost_tables" / f"{dkey}.json"
-            if step is None:
-                step = lambda r, n: _profile_step(engine.proposer.runner, r, n)  # noqa: E731
-                if not dpath.exists():
-                    draft_requests = _requests_that_fit(engine.proposer.runner, requests, 1 + CATCH_UP_ROWS)
+            draft_requests = _requests_that_fit(runner, requests, 1 + CATCH_UP_ROWS, dpath)
             draft_cost = load_or_measure(dpath, step,
                                          budget_s=cfg.spec.cost_table_budget_s / 4, requests=draft_requests,
                                          extra=(0, CATCH_UP_ROWS))
@@ -447,13 +444,15 @@ def target_table_path(engine: "LLMEngine") -> Path:
     return cache_dir() / "cost_tables" / f"{key}.json"
 
 
-def _requests_that_fit(runner: ModelRunner, requests: tuple[int, ...], rows: int) -> tuple[int, ...]:
+def _requests_that_fit(runner: ModelRunner | None, requests: tuple[int, ...], rows: int,
+                       table: Path | None = None) -> tuple[int, ...]:
     """The warm-up's request counts whose steps (`rows` positions each at PROFILE_CONTEXT) fit in the runner's
-    KV pool; the others are left out (the table extrapolates) with a warning. A 0.5 GB fp32 pool (728 blocks of
+    KV pool (all of them when the `table` is on disk and so not measured, or with no local runner); the
+    others are left out (the table extrapolates) with a warning. A 0.5 GB fp32 pool (728 blocks of
     the default model) cannot hold 64 x 17 blocks: the warm-up raised NoFreeBlocksError and the engine did not
     start, unless a table measured with a larger pool was already on disk."""
     pool = getattr(runner, "pool", None)
-    if pool is None:
+    if pool is None or (table is not None and table.exists()):
         return requests
     per_request = -(-(PROFILE_CONTEXT + rows) // pool.block_size)
     fit = tuple(r for r in requests if r * per_request <= pool.num_free) or requests[:1]

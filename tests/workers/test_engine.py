@@ -119,6 +119,20 @@ def test_prefix_cache_reuses_turn_one_and_keeps_outputs(tiny_target):
     assert r2.output_ids == cold.output_ids
 
 
+def test_an_adaptive_engine_starts_with_a_kv_pool_too_small_for_the_largest_warm_up_step(tiny_target, tmp_path,
+                                                                                          monkeypatch):
+    """No table on disk and a pool of 200 blocks (the warm-up's 64 requests need 64 x 17): the warm-up
+    measures what fits instead of failing the start with NoFreeBlocksError."""
+    monkeypatch.setenv("SPECFLEET_CACHE", str(tmp_path))
+    per_token = 128 * torch.tensor([], dtype=pick_dtype("auto", torch.device("cpu"))).element_size()
+    eng = _engine(tiny_target, SpecConfig(method="ngram", k=4, verify="adaptive", cost_table_budget_s=3),
+                  kv_cache_memory_gb=200 * 16 * per_token / 2**30)
+    assert eng.runner.pool.num_blocks == 200
+    assert max(r for r, _ in eng.adaptive.cost.seconds) <= 8  # 8 x 17 blocks fit, 16 x 17 do not
+    base = [r.output_ids for r in _engine(tiny_target).generate(PROMPTS, _greedy())]
+    assert [r.output_ids for r in eng.generate(PROMPTS, _greedy())] == base
+
+
 def test_adaptive_verification_is_lossless_and_trims(tiny_target, tiny_draft, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECFLEET_CACHE", str(tmp_path))  # the warm-up cost table is persisted there
     base = [r.output_ids for r in _engine(tiny_target).generate(PROMPTS, _greedy())]
