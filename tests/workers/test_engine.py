@@ -15,6 +15,12 @@ def _engine(model, spec=None, **kw):
 PROMPTS = [[1, 5, 6, 7, 5, 6, 7, 5, 6], [3, 4], [9, 10, 11, 12, 13, 14, 15, 9, 10, 11] * 5, [7] * 40]
 
 
+def _kv_gb(blocks: int) -> float:
+    """KV memory for `blocks` blocks of 16 tokens of the tiny models (128 KV values per token: 256 B in bf16,
+    512 B in fp32, as `dtype="auto"` picks on this CPU)."""
+    return blocks * 16 * 128 * torch.tensor([], dtype=pick_dtype("auto", torch.device("cpu"))).element_size() / 2**30
+
+
 def _greedy(n=24):
     return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
 
@@ -94,10 +100,8 @@ def test_bad_input_is_a_clear_error_and_engine_keeps_serving(tiny_target):
 
 
 def test_queues_and_preempts_when_kv_runs_short(tiny_target):
-    # 20 blocks of 16 tokens (128 KV values per token: 256 B in bf16, 512 B in fp32, as `dtype="auto"` picks
-    # on this CPU): 6 requests x (50 prompt + 60 output) need 42
-    per_token = 128 * torch.tensor([], dtype=pick_dtype("auto", torch.device("cpu"))).element_size()
-    eng = _engine(tiny_target, SpecConfig(method="ngram", k=4), kv_cache_memory_gb=20 * 16 * per_token / 2**30)
+    # 20 blocks of 16 tokens: 6 requests x (50 prompt + 60 output) need 42
+    eng = _engine(tiny_target, SpecConfig(method="ngram", k=4), kv_cache_memory_gb=_kv_gb(20))
     assert eng.runner.pool.num_blocks == 20
     prompts = [PROMPTS[2]] * 6
     base = [r.output_ids for r in _engine(tiny_target).generate(prompts, _greedy(60))]
@@ -124,9 +128,8 @@ def test_an_adaptive_engine_starts_with_a_kv_pool_too_small_for_the_largest_warm
     """No table on disk and a pool of 200 blocks (the warm-up's 64 requests need 64 x 17): the warm-up
     measures what fits instead of failing the start with NoFreeBlocksError."""
     monkeypatch.setenv("SPECFLEET_CACHE", str(tmp_path))
-    per_token = 128 * torch.tensor([], dtype=pick_dtype("auto", torch.device("cpu"))).element_size()
     eng = _engine(tiny_target, SpecConfig(method="ngram", k=4, verify="adaptive", cost_table_budget_s=3),
-                  kv_cache_memory_gb=200 * 16 * per_token / 2**30)
+                  kv_cache_memory_gb=_kv_gb(200))
     assert eng.runner.pool.num_blocks == 200
     assert max(r for r, _ in eng.adaptive.cost.seconds) <= 8  # 8 x 17 blocks fit, 16 x 17 do not
     base = [r.output_ids for r in _engine(tiny_target).generate(PROMPTS, _greedy())]
