@@ -329,9 +329,10 @@ class AdaptiveVerifier:
                      pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0,
                      ragged_extra: int = 0, extra_groups: int = 0) -> None:
         """Refresh the cost model from a finished step: the target's forward (pure decode steps only:
-        prefill chunks lie far outside the grid, at other context lengths; a ragged step, whose longest
-        request computed 1 + `ragged_extra` rows, less the table's ragged cost and the fitted cost of its
-        `extra_groups` query-length groups beyond two, so it refreshes the uniform cells it is read from),
+        prefill chunks lie far outside the grid, at other context lengths; a uniform step refreshes the
+        uniform cells, a ragged one, whose longest request computed 1 + `ragged_extra` rows, the ragged cost:
+        its time over the uniform lookup, less the fitted cost of its `extra_groups` query-length groups
+        beyond two; `CostTable.observe_ragged` says why),
         the drafter's time (it ran `draft_depth` batched iterations for
         `draft_requests` requests, the first with the catch-up rows planned for them), the host overhead, and
         (a draft model's pure decode steps) the depth plan's calibration."""
@@ -342,15 +343,15 @@ class AdaptiveVerifier:
             elif self._planned is not None:
                 self.calibration.observe_spec(self._planned[0], wall_s, self._planned[1])
         self._planned = None
-        if pure_decode:
-            ragged_s = float(self.cost.ragged_array(requests, ragged_extra)) if ragged_extra > 0 else 0.0
-            if ragged_extra > 0:
-                residual = forward_s - ragged_s - self.cost.lookup(requests, tokens)
-                fitted = self._groups.observe(extra_groups, residual)
-                if fitted is not None:
-                    self.cost.group_s = fitted
-                ragged_s += self.cost.group_s * extra_groups
-            self._observe_target(requests, tokens, max(forward_s - ragged_s, 0.5 * forward_s))
+        if pure_decode and ragged_extra > 0:  # refreshes the ragged cost, not the uniform cells (uniform steps do)
+            uniform_s = self.cost.lookup(requests, tokens)
+            fitted = self._groups.observe(extra_groups, forward_s - uniform_s - float(self.cost.ragged_array(
+                requests, ragged_extra)))
+            if fitted is not None:
+                self.cost.group_s = fitted
+            self.cost.observe_ragged(requests, ragged_extra, forward_s - uniform_s - self.cost.group_s * extra_groups)
+        elif pure_decode:
+            self._observe_target(requests, tokens, forward_s)
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
             self._observe_draft(draft_s, draft_requests, draft_depth)
         host_s = max(0.0, wall_s - forward_s - draft_s)
@@ -437,10 +438,11 @@ class AdaptiveVerifier:
 
 def target_table_path(engine: "LLMEngine") -> Path:
     """Where the target's warm-up table is kept: keyed by model, tensor parallelism, dtype and hardware
-    (`|blocks`: tables measured before the ragged cells and the row blocks' cost existed are not reused)."""
+    (`|blocks`: tables measured before the ragged cells and the row blocks' cost existed are not reused;
+    `|ragged-by-count`: nor those whose budget cut left the ragged cells of all but the smallest request count)."""
     cfg = engine.config
     tp = f"|tp{cfg.tensor_parallel_size}" if cfg.tensor_parallel_size > 1 else ""
-    key = hardware_key(cfg.model + tp + "|blocks", str(engine.model.dtype), str(engine.model.device))
+    key = hardware_key(cfg.model + tp + "|blocks|ragged-by-count", str(engine.model.dtype), str(engine.model.device))
     return cache_dir() / "cost_tables" / f"{key}.json"
 
 

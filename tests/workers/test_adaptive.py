@@ -265,15 +265,18 @@ def test_the_plan_calibration_switch_reads_the_old_booleans():
     assert SpecConfig(calibrate_plan="time").calibrate_plan == "time"
 
 
-def test_a_ragged_step_refreshes_the_uniform_cells_without_its_ragged_cost():
-    """A pure decode step where one request verified 3 drafts took the uniform time plus the table's ragged
-    cost: the uniform cells it is read from stay where they were."""
+def test_a_ragged_step_refreshes_the_ragged_cost_and_leaves_the_uniform_cells():
+    """Pure decode steps where one request verified 3 drafts took the uniform time plus 14 ms, the table's
+    ragged cost read 8 ms: the ragged cost moves up, the uniform cells it is read from stay where they were."""
     table = CostTable({(4, 4): 0.040, (4, 8): 0.050}, ragged={(4, 1): 0.006, (4, 7): 0.012})
     av = AdaptiveVerifier(table, NgramEstimator(7))
     before = table.lookup(4, 7)
+    assert abs(float(table.ragged_array(4, 3)) - 0.008) < 1e-9
     for _ in range(OBSERVE_BATCH):  # the table is refreshed OBSERVE_BATCH steps at a time
-        av.observe_step(0.1, before + 0.008, 0.0, 4, 7, True, ragged_extra=3)
+        av.observe_step(0.1, before + 0.014, 0.0, 4, 7, True, ragged_extra=3)
     assert abs(table.lookup(4, 7) - before) < 1e-9
+    assert 0.010 < float(table.ragged_array(4, 3)) <= 0.014
+    before = table.lookup(4, 7)
     for _ in range(OBSERVE_BATCH - 1):  # the same time from a uniform step: dearer, once the batch is full
         av.observe_step(0.1, before + 0.008, 0.0, 4, 7, True)
     assert table.lookup(4, 7) == before

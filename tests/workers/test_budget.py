@@ -166,10 +166,38 @@ def test_measure_times_ragged_cells_against_the_uniform_lookup():
     assert back.ragged == t.ragged and back.seconds == t.seconds
 
 
+def test_a_budget_cut_keeps_the_ragged_cells_of_every_request_count_it_measured():
+    """Each request count's ragged cells follow its uniform ones, so a budget too short for the grid loses
+    the largest request counts, not every ragged cell but the first (which was then read at every count)."""
+    t = measure(lambda r, n: time.sleep(0.001 * n), requests=(1, 2, 4, 8, 16), extra=(0, 1, 7), budget_s=0.5,
+                repeats=3, ragged_step=lambda rows: time.sleep(0.001 * sum(rows)))
+    rows = sorted({r for r, _ in t.seconds})
+    assert 4 <= rows[-1] < 16  # the budget was cut
+    assert {r for r in rows if 1 < r < rows[-1]} <= {r for r, _ in t.ragged}
+
+
+def test_ragged_steps_refresh_the_ragged_cost_of_their_row_and_leave_the_uniform_cells():
+    """The warm-up measured ragged cells only at 2 requests (80 ms, read at every count); ragged steps at
+    8 requests that run 2 ms over their uniform lookup teach that row its own cells, towards 2 ms, and
+    leave the uniform cells and the 2-request cells as they were."""
+    t = CostTable({(2, 2): 0.16, (2, 4): 0.17, (8, 8): 0.20, (8, 16): 0.21}, ragged={(2, 1): 0.08, (2, 7): 0.08})
+    uniform, two = dict(t.seconds), dict(t.ragged)
+    assert float(t.ragged_array(8, 3)) == 0.08
+    for i in range(300):
+        t.observe_ragged(8, (1, 3, 7)[i % 3], 0.002)
+    assert all(abs(float(t.ragged_array(8, e)) - 0.002) < 1e-3 for e in (1, 3, 7))
+    assert t.seconds == uniform and {k: v for k, v in t.ragged.items() if k[0] == 2} == two
+    assert float(t.ragged_array(2, 3)) == 0.08 and float(t.ragged_array(8, 0)) == 0.0
+    assert CostTable.from_json(t.to_json()).ragged == t.ragged
+
+
 def test_ragged_lookup_interpolates_in_rows_and_is_zero_without_drafts():
-    t = CostTable({(4, 4): 0.04, (4, 8): 0.05}, ragged={(4, 1): 0.004, (4, 7): 0.010, (16, 1): 0.02})
+    t = CostTable({(4, 4): 0.04, (4, 8): 0.05, (16, 16): 0.1, (64, 64): 0.3},
+                  ragged={(4, 1): 0.004, (4, 7): 0.010, (16, 1): 0.02})
     assert t.ragged_array(4, np.array([0, 1, 4, 7, 9])).round(4).tolist() == [0.0, 0.004, 0.007, 0.010, 0.010]
-    assert float(t.ragged_array(6, 1)) == 0.004 and float(t.ragged_array(14, 1)) == 0.02  # nearest row
+    # the uniform lookups' row; where it has no ragged cells (64: cut by the budget), the nearest that has
+    assert float(t.ragged_array(6, 1)) == 0.004 and float(t.ragged_array(14, 1)) == 0.02
+    assert float(t.ragged_array(50, 1)) == 0.02
     assert CostTable({(1, 1): 0.04}).ragged_array(4, np.array([3])).tolist() == [0.0]  # old tables: none
 
 
