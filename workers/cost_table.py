@@ -210,16 +210,7 @@ class CostTable:
             return
         r = self._row(max(1, requests))
         cells = sorted((self._x(t, r), t) for rr, t in self.seconds if rr == r)  # (axis position, key)
-        xs = [x for x, _ in cells]
-        x = self._x(tokens)
-        j = min(max(bisect.bisect_left(xs, x), 1), len(cells) - 1)
-        if len(cells) == 1 or x <= xs[0]:
-            weights = {cells[0][1]: 1.0}
-        elif x >= xs[-1] or xs[j] == xs[j - 1]:
-            weights = {cells[j][1]: 1.0}
-        else:
-            w1 = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
-            weights = {cells[j - 1][1]: 1.0 - w1, cells[j][1]: w1}
+        weights = {cells[i][1]: w for i, w in _interp_weights([x for x, _ in cells], self._x(tokens))}
         ratio = seconds / max(self.lookup(requests, tokens), 1e-12)
         ema = 1.0 - (1.0 - self.ema) ** count
         for t, w in weights.items():
@@ -241,14 +232,7 @@ class CostTable:
             es = sorted({e for _, e in self.ragged})
             self.ragged.update({(row, e): float(s) for e, s in zip(es, self.ragged_array(requests, np.array(es)))})
         es = sorted(e for r, e in self.ragged if r == row)
-        j = min(max(bisect.bisect_left(es, extra), 1), len(es) - 1)
-        if len(es) == 1 or extra <= es[0]:
-            weights = {es[0]: 1.0}
-        elif extra >= es[-1]:
-            weights = {es[-1]: 1.0}
-        else:
-            w1 = (extra - es[j - 1]) / (es[j] - es[j - 1])
-            weights = {es[j - 1]: 1.0 - w1, es[j]: w1}
+        weights = {es[i]: w for i, w in _interp_weights(es, extra)}
         step = self.ema * (seconds - float(self.ragged_array(requests, extra))) / sum(w * w for w in weights.values())
         for e, w in weights.items():  # normalised: the lookup itself moves by ema x its error
             self.ragged[(row, e)] = max(0.0, self.ragged[(row, e)] + w * step)
@@ -312,6 +296,18 @@ def _isotonic(ys: list[float]) -> list[float]:
             blocks[-1][0] += s
             blocks[-1][1] += c
     return [s / c for s, c in blocks for _ in range(int(c))]
+
+
+def _interp_weights(xs: list[float], x: float) -> list[tuple[int, float]]:
+    """(index, weight) of the sorted points `xs` that a linear interpolation at `x` reads (clamped at the
+    ends): what an online observation at `x` refreshes, each cell by its share."""
+    j = min(max(bisect.bisect_left(xs, x), 1), len(xs) - 1)
+    if len(xs) == 1 or x <= xs[0]:
+        return [(0, 1.0)]
+    if x >= xs[-1] or xs[j] == xs[j - 1]:
+        return [(j, 1.0)]
+    w1 = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
+    return [(j - 1, 1.0 - w1), (j, w1)]
 
 
 def hardware_key(model: str, dtype: str, device: str) -> str:
