@@ -32,6 +32,14 @@ DEFAULT_REQUESTS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_EXTRA_TOKENS = (0, 1, 2, 4, 8)  # verify positions per request on top of its 1 token
 RAGGED_EXTRA = (1, 7)  # rows beyond 1 of the one longer request in the ragged cells
 DENSE_MAX = 1 << 16  # token counts up to this are looked up in a dense per-row table
+# Of each online refresh's step, the share that scales the whole row (its level; the rest moves the cells the
+# lookup read). The machine's speed drifts between the warm-up and serving (an AVX2 CPU: a 1 x 1 step read
+# 76-112 ms at different hours), and an adaptive engine that does not speculate only ever refreshes its plain
+# cell: with the cells read alone, a table measured in a slow hour had the 2-request plain cell at 80 ms after
+# serving and the 2 x 2 cell still at 121 (the steps took 90 and ~94), so one verified row was priced at 20 ms
+# and the trained draft was never drafted at c=2, where fixed k=2 ran 5-8% above no speculation. Unread cells
+# keep the warm-up's shape; with 1.0 the shape would never be learned, as each refresh would scale the whole row.
+LEVEL_SHARE = 0.9
 
 
 @dataclass
@@ -201,11 +209,14 @@ class CostTable:
         return self._curves[key]
 
     def observe(self, requests: int, tokens: int, seconds: float, count: int = 1) -> None:
-        """Online refresh: scale the cells a lookup of (requests, tokens) reads by observed / predicted,
-        each by its interpolation weight (`seconds`: the mean of `count` steps, weighed as that many
-        single observations). (Moving only the nearest cell towards the raw time flattened the
-        curve: steps with a few more tokens than a cell pulled it up, steps with fewer pulled the next one
-        down, so extra verify tokens looked ever cheaper.)"""
+        """Online refresh: scale the cells of the row a lookup of (requests, tokens) reads by observed /
+        predicted (`seconds`: the mean of `count` steps, weighed as that many single observations): every
+        cell by LEVEL_SHARE of the EMA step (the row's level), the cells the lookup reads by the rest too,
+        each by its interpolation weight (the row's shape), so the cell read moves by the whole step.
+        (Moving only the nearest cell towards the raw time flattened the curve: steps with a few more tokens
+        than a cell pulled it up, steps with fewer pulled the next one down, so extra verify tokens looked
+        ever cheaper. Moving only the cells read left the others where the warm-up put them, see
+        LEVEL_SHARE.) The row's ragged cells, seconds of the same steps, take the level step too."""
         if not self.seconds:
             return
         r = self._row(max(1, requests))
@@ -213,8 +224,10 @@ class CostTable:
         weights = {cells[i][1]: w for i, w in _interp_weights([x for x, _ in cells], self._x(tokens))}
         ratio = seconds / max(self.lookup(requests, tokens), 1e-12)
         ema = 1.0 - (1.0 - self.ema) ** count
-        for t, w in weights.items():
-            self.seconds[(r, t)] *= 1.0 + ema * w * (ratio - 1.0)
+        for _, t in cells:
+            self.seconds[(r, t)] *= 1.0 + ema * (LEVEL_SHARE + (1.0 - LEVEL_SHARE) * weights.get(t, 0.0)) * (ratio - 1.0)
+        for key in [k for k in self.ragged if k[0] == r]:
+            self.ragged[key] *= 1.0 + ema * LEVEL_SHARE * (ratio - 1.0)
         self._curves.clear()
 
     def observe_ragged(self, requests: int, extra: int, seconds: float) -> None:

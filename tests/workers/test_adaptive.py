@@ -3,6 +3,7 @@ stale per-request estimates are shrunk towards the running mean, one request pla
 drafts one position now and then (a probe, whose cost is bounded to a share of the time), so estimates are
 refreshed, and a draft's catch-up is priced."""
 import math
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
@@ -14,6 +15,19 @@ from workers.cost_table import CostTable
 from workers.estimators import LogisticEstimator, NgramEstimator
 from workers.plan_calibration import CALIBRATION_MIN_STEPS, GAIN_BOUNDS
 from workers.scheduler import ScheduledStep
+
+@dataclass
+class _Req:
+    """What the depth plan reads of a request (workers/request.py): its tokens and how many it may still emit."""
+    req_id: str
+    tokens: list[int]
+    max_tokens: int = 10_000
+    num_prompt: int = 0
+
+    @property
+    def num_output(self) -> int:
+        return len(self.tokens) - self.num_prompt
+
 
 # c=1 on this CPU (docs/architecture.md): a 40 ms forward nearly flat in tokens, 4.5 ms per draft iteration,
 # so one drafted position pays when its acceptance is above ~0.11
@@ -27,7 +41,7 @@ def _verifier(prior: float, last: float) -> tuple[AdaptiveVerifier, SimpleNamesp
     est.refits = est.warmup_refits  # past its warm-up: the depth plan is in force
     av = AdaptiveVerifier(TARGET, est, DRAFT)
     av._prior = torch.full((7,), prior)
-    req = SimpleNamespace(req_id="r", tokens=[1] * 20)
+    req = _Req(req_id="r", tokens=[1] * 20)
     av._last["r"] = torch.full((7,), last)
     return av, req
 
@@ -72,7 +86,7 @@ def test_a_probe_that_first_feeds_a_long_prompt_waits_longer():
     for tokens in (20, 2000):
         av = AdaptiveVerifier(TARGET, est, draft)
         av._prior = torch.full((7,), 0.01)
-        req = SimpleNamespace(req_id="r", tokens=[1] * tokens)
+        req = _Req(req_id="r", tokens=[1] * tokens)
         av._last["r"] = torch.full((7,), 0.01)
         gaps[tokens] = _probe_gaps(av, req, 20_000)[-1]
         cost = 0.0045 + 0.0002 * (tokens - 1) + TARGET.lookup(1, 2) - TARGET.lookup(1, 1)
@@ -99,7 +113,7 @@ def test_a_probe_drafts_only_the_request_with_the_least_to_catch_up_on():
     """Probing every request made each draft feed every token generated since its last draft: a probe now
     drafts one request, the cheapest to catch up."""
     av, _ = _verifier(prior=0.01, last=0.01)
-    reqs = [SimpleNamespace(req_id=f"r{i}", tokens=[1] * (40 - i)) for i in range(4)]
+    reqs = [_Req(req_id=f"r{i}", tokens=[1] * (40 - i)) for i in range(4)]
     probed = []
     for step in range(1, 2 * PROBE_EVERY + 1):
         plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
@@ -114,8 +128,8 @@ def test_a_step_that_prefills_is_valued_at_the_decode_rate():
     that step's own rate but cost more per token than decoding alone are not drafted; drafts that beat
     decoding alone still are."""
     table = CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
-    reqs = [SimpleNamespace(req_id=f"r{i}", tokens=[1] * 20) for i in range(3)]
-    prefill = (SimpleNamespace(req_id="p", tokens=[1] * 600), 512)
+    reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(3)]
+    prefill = (_Req(req_id="p", tokens=[1] * 600), 512)
 
     def depths(prior: float, prefills: list) -> list[int]:
         est = LogisticEstimator(7, 3)
@@ -147,7 +161,7 @@ def _catch_up_verifier() -> AdaptiveVerifier:
 
 def test_catch_up_rows_count_the_tokens_since_the_last_draft():
     av = _catch_up_verifier()
-    req = SimpleNamespace(req_id="r", tokens=[1] * 100)
+    req = _Req(req_id="r", tokens=[1] * 100)
     assert av._catch_up_rows(req) == 100  # never drafted: the whole context
     av._drafted_at["r"] = (100, 4)  # drafted 4 (fed 3 of them) at 100 tokens
     req.tokens += [1] * 3  # 2 accepted + the target's token: 1 new row, 2 already fed
@@ -160,19 +174,33 @@ def test_catch_up_rows_count_the_tokens_since_the_last_draft():
 
 def test_a_request_waits_for_its_first_draft_while_its_prompt_is_dear_to_feed():
     """Two requests with the same estimates: the one that drafted last step drafts again; the one whose
-    draft would first feed a 600-token prompt (~190 ms of draft time on this table) does not."""
+    draft would first feed a 600-token prompt (~190 ms of draft time on this table) does not while it has
+    only a few tokens left to spread that over, and does when it has hundreds (the catch-up is paid once)."""
+    for left, drafts in ((4, False), (400, True)):
+        av = _catch_up_verifier()
+        old, new = _Req("old", [1] * 50), _Req("new", [1] * 600, max_tokens=100 + left, num_prompt=500)
+        av._drafted_at["old"] = (49, 2)
+        plan = ScheduledStep(decodes=[(old, 7), (new, 7)])
+        av.plan_depths(plan)
+        assert plan.decodes[0][1] > 0 and (plan.decodes[1][1] > 0) == drafts, left
+        assert av._catch_up == {"old": 0, "new": 599}
+
+
+def test_a_calibrated_plan_predicts_the_catch_up_whole_though_it_prices_it_spread():
+    """The depth plan spreads a catch-up over the steps the request has left, but the step that drafts pays it
+    whole: the prediction the calibration compares with that step's time must contain all of it."""
     av = _catch_up_verifier()
-    old, new = SimpleNamespace(req_id="old", tokens=[1] * 50), SimpleNamespace(req_id="new", tokens=[1] * 600)
-    av._drafted_at["old"] = (49, 2)
-    plan = ScheduledStep(decodes=[(old, 7), (new, 7)])
+    av.calibrate = True
+    new = _Req("new", [1] * 600, max_tokens=1000, num_prompt=500)
+    plan = ScheduledStep(decodes=[(new, 7)])
     av.plan_depths(plan)
-    assert plan.decodes[0][1] > 0 and plan.decodes[1][1] == 0
-    assert av._catch_up == {"old": 0, "new": 599}
+    assert plan.decodes[0][1] > 0
+    assert av._planned[1] > 599 * av._catch_up_row_s(1) + av.cost.lookup(1, 2)
 
 
 def test_the_catch_up_rate_is_refreshed_from_observed_draft_time():
     av = _catch_up_verifier()
-    req = SimpleNamespace(req_id="r", tokens=[1] * 200)
+    req = _Req(req_id="r", tokens=[1] * 200)
     plan = ScheduledStep(decodes=[(req, 2)])
     av.plan_depths(plan)
     av._step_catch_up = 199  # it drafted: 199 rows caught up
@@ -206,7 +234,7 @@ def test_a_calibrated_depth_plan_stops_drafting_when_its_drafts_are_accepted_les
     av = AdaptiveVerifier(CostTable(dict(TARGET.seconds)), est, CostTable(dict(DRAFT.seconds)), calibrate=True,
                           calibrate_survival=True)
     av._prior = torch.full((7,), 0.15)
-    req = SimpleNamespace(req_id="r", tokens=[1] * 20)
+    req = _Req(req_id="r", tokens=[1] * 20)
     av._last["r"] = torch.full((7,), 0.15)
     depths = []
     for _ in range(40):
@@ -223,7 +251,7 @@ def test_a_calibrated_depth_plan_stops_drafting_when_its_drafts_are_accepted_les
     gain = av.calibration.gain(1, 7)
     assert gain[0] == GAIN_BOUNDS[0] and bool((gain[1:] == 1).all())  # positions never verified: no news
     av.calibrate = False  # calibrate_plan="off": neither measured nor applied
-    other = SimpleNamespace(req_id="r2", tokens=[1] * 20)  # a new batch: planned afresh, not the idle plan
+    other = _Req(req_id="r2", tokens=[1] * 20)  # a new batch: planned afresh, not the idle plan
     av._last["r2"] = torch.full((7,), 0.15)
     plan = ScheduledStep(decodes=[(other, 7)])
     av.plan_depths(plan)
@@ -235,7 +263,7 @@ def test_a_time_calibrated_plan_follows_the_step_times_and_leaves_the_survival_a
     position pays above ~0.11 as priced, not at 1.5x the price), while the same drafts accepted at half
     the survival counted on do not (survival is scaled only in "time+survival"), and the gain is not kept."""
     def plan_depth(av):
-        req = SimpleNamespace(req_id=f"r{len(av._last)}", tokens=[1] * 20)  # a new batch: planned afresh
+        req = _Req(req_id=f"r{len(av._last)}", tokens=[1] * 20)  # a new batch: planned afresh
         av._last[req.req_id] = torch.full((7,), 0.15)
         plan = ScheduledStep(decodes=[(req, 7)])
         av.plan_depths(plan)
@@ -308,7 +336,7 @@ def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
         for _ in range(PROBE_EVERY - 1):  # the first probe comes at plan PROBE_EVERY
             _depth(av, req)
         assert len(calls) == 1
-        other = SimpleNamespace(req_id="o", tokens=[1] * 20)
+        other = _Req(req_id="o", tokens=[1] * 20)
         av.plan_depths(ScheduledStep(decodes=[(req, 7), (other, 7)]))
         assert len(calls) == 2
     finally:
@@ -322,7 +350,7 @@ def test_an_ngram_verifier_verifies_one_whole_draft_every_few_trims():
     est.observe(torch.full((200, 7, 1), 2.0), torch.full((200,), 7), torch.zeros(200, dtype=torch.long))
     table = CostTable({(r, t): 0.1 + 0.01 * t for r in (2,) for t in range(2, 17)})  # drafts never pay
     av = AdaptiveVerifier(table, est)
-    reqs = [SimpleNamespace(req_id=f"r{i}", tokens=[1] * 20) for i in range(2)]
+    reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(2)]
     verified = []
     for _ in range(2 * EXPLORE_EVERY):
         plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
@@ -338,7 +366,7 @@ def test_an_ngram_request_is_rated_by_how_its_last_draft_fared():
     """The verifier keys the n-gram table by each request's last verification: it appends that bucket to
     the draft's features in `trim` (which `learn` then reads) and updates it from the outcomes."""
     av = AdaptiveVerifier(CostTable({(2, t): 0.04 for t in range(2, 17)}), NgramEstimator(7))  # verify all
-    reqs = [SimpleNamespace(req_id=f"r{i}", tokens=[1] * 20) for i in range(2)]
+    reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(2)]
     plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
 
     def step(accepted: list[int]) -> SimpleNamespace:
@@ -382,7 +410,7 @@ def test_a_step_whose_trim_cut_the_planned_drafts_does_not_calibrate_the_depth_p
     est.refits = est.warmup_refits
     av = AdaptiveVerifier(CostTable(dict(TARGET.seconds)), est, CostTable(dict(DRAFT.seconds)), calibrate=True)
     av._prior = torch.full((7,), 0.15)
-    req = SimpleNamespace(req_id="r", tokens=[1] * 20)
+    req = _Req(req_id="r", tokens=[1] * 20)
     av._last["r"] = torch.full((7,), 0.15)
     plan = ScheduledStep(decodes=[(req, 7)])
     av.plan_depths(plan)
