@@ -225,7 +225,8 @@ class CostTable:
         ratio = seconds / max(self.lookup(requests, tokens), 1e-12)
         ema = 1.0 - (1.0 - self.ema) ** count
         for _, t in cells:
-            self.seconds[(r, t)] *= 1.0 + ema * (LEVEL_SHARE + (1.0 - LEVEL_SHARE) * weights.get(t, 0.0)) * (ratio - 1.0)
+            share = LEVEL_SHARE + (1.0 - LEVEL_SHARE) * weights.get(t, 0.0)
+            self.seconds[(r, t)] *= 1.0 + ema * share * (ratio - 1.0)
         for key in [k for k in self.ragged if k[0] == r]:
             self.ragged[key] *= 1.0 + ema * LEVEL_SHARE * (ratio - 1.0)
         self._curves.clear()
