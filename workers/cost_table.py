@@ -1,8 +1,9 @@
 """Warm-up cost table: the target's step time over (requests in the step, tokens in the step).
 
 Measured once at start-up on the real runner (bounded in time), persisted keyed by model, dtype and hardware
-so a restart reuses it, and refreshed online from observed step times (the cells a lookup reads are scaled
-by observed / predicted). Lookups interpolate linearly in tokens and take the nearest measured request count.
+so a restart reuses it, and refreshed online from observed step times (the row a lookup reads is scaled
+by observed / predicted: its level by LEVEL_SHARE of each step, the cells read by all of it, see `observe`).
+Lookups interpolate linearly in tokens and take the nearest measured request count.
 
 The grid's cells are uniform steps (every request computes the same number of rows). A ragged step (some
 requests verify drafts, others do not) costs more than the uniform step with as many tokens: the runner's
