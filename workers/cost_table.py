@@ -37,8 +37,9 @@ DENSE_MAX = 1 << 16  # token counts up to this are looked up in a dense per-row 
 # lookup read). The machine's speed drifts between the warm-up and serving (an AVX2 CPU: a 1 x 1 step read
 # 76-112 ms at different hours), and an adaptive engine that does not speculate only ever refreshes its plain
 # cell: with the cells read alone, a table measured in a slow hour had the 2-request plain cell at 80 ms after
-# serving and the 2 x 2 cell still at 121 (the steps took 90 and ~94), so one verified row was priced at 20 ms
-# and the trained draft was never drafted at c=2, where fixed k=2 ran 5-8% above no speculation. Unread cells
+# serving and the 2 x 2 cell still at 121 (2 x 1 steps ran 90 ms, 2 x 3 steps 97), so one verified row was
+# priced at 20 ms and the trained draft was never drafted at c=2, where fixed k=2 ran 5-8% above no
+# speculation. Unread cells
 # keep the warm-up's shape; with 1.0 the shape would never be learned, as each refresh would scale the whole row.
 LEVEL_SHARE = 0.9
 
