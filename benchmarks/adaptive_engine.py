@@ -12,6 +12,7 @@ In parts (each point is complete on its own, so a part that is cut short loses o
     python benchmarks/adaptive_engine.py --concurrency 1,2,4,8 --out /tmp/low.json
     python benchmarks/adaptive_engine.py --concurrency 16,32 --out /tmp/high.json
     python benchmarks/adaptive_engine.py --merge /tmp/low.json /tmp/high.json
+A grid of another machine than the record's keeps its own plots: `--merge ... --plot-suffix _fp32`.
 """
 from __future__ import annotations
 
@@ -64,7 +65,15 @@ def summarise(rows: list[dict]) -> list[dict]:
     return out
 
 
-def plot(rows: list[dict], throughput_png: Path, acceptance_png: Path) -> None:
+def acceptance_row(rows: list[dict], method: str, workload: str) -> dict | None:
+    """The fixed k=7 row whose acceptance per position is plotted: at the grid's lowest concurrency (1 in a
+    whole grid; a merge of c=2..32 still has one)."""
+    low = min(r["concurrency"] for r in rows)
+    return next((r for r in rows if r["mode"] == method and r["k"] == 7 and r["workload"] == workload
+                 and r["concurrency"] == low), None)
+
+
+def plot(rows: list[dict], throughput_png: Path, acceptance_png: Path, dtype: str = "bf16") -> None:
     workloads = sorted({r["workload"] for r in rows})
     fig, axes = plt.subplots(len(METHODS), len(workloads), figsize=(12, 8), squeeze=False)
     for i, m in enumerate(METHODS):
@@ -83,20 +92,20 @@ def plot(rows: list[dict], throughput_png: Path, acceptance_png: Path) -> None:
             ax.axhline(1.0, color="gray", linewidth=1)
             concurrency_axis(ax, "concurrency (closed loop, sustained)", "tokens/s / no speculation",
                              f"{'trained draft' if m == 'draft' else 'n-gram'}, {w}")
-    fig.suptitle("SmolLM2-135M target, bf16, 2 CPU cores")
+    fig.suptitle(f"SmolLM2-135M target, {dtype}, 2 CPU cores")
     fig.tight_layout()
     fig.savefig(throughput_png, dpi=110)
     fig, ax = plt.subplots(figsize=(7, 4))
+    low = min(r["concurrency"] for r in rows)  # 1 in a whole grid
     for m, w, style in [("draft", "sharegpt", "-o"), ("draft", "repetitive", "--o"), ("ngram", "sharegpt", "-s"),
                         ("ngram", "repetitive", "--s")]:
-        r = next((r for r in rows if r["mode"] == m and r["k"] == 7 and r["workload"] == w and r["concurrency"] == 1),
-                 None)
+        r = acceptance_row(rows, m, w)
         if r and r["acceptance_per_position"]:
             acc = r["acceptance_per_position"]
             ax.plot(range(1, len(acc) + 1), acc, style, label=f"{'trained draft' if m == 'draft' else 'n-gram'}, {w}")
     ax.set_xlabel("draft position")
     ax.set_ylabel("fraction of steps accepted up to here")
-    ax.set_title("Acceptance per position (fixed k=7, concurrency 1)")
+    ax.set_title(f"Acceptance per position (fixed k=7, concurrency {low})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -171,6 +180,9 @@ def main() -> None:
     ap.add_argument("--tables", metavar="JSON", help="only print the markdown tables of an earlier run")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
                     help="combine runs of other concurrencies, run with the same settings, into --out (and plot)")
+    ap.add_argument("--plot-suffix", default="", metavar="S",
+                    help="write the PNGs as docs/adaptive_engine_throughput{S}.png and docs/acceptance_per_position{S}"
+                         ".png (the grid of record has none; another machine's grid, e.g. _fp32, keeps its own)")
     args = ap.parse_args()
     if args.tables:
         print(markdown_tables(json.loads(Path(args.tables).read_text())))
@@ -189,7 +201,9 @@ def main() -> None:
     summary = summarise(data)
     Path(args.out).write_text(json.dumps({**settings, "summary": summary, "rows": data}, indent=1))
     if args.merge or args.concurrency == ap.get_default("concurrency"):  # a part would overwrite the docs' plots
-        plot(data, Path("docs/adaptive_engine_throughput.png"), Path("docs/acceptance_per_position.png"))
+        dtype = {"bfloat16": "bf16", "float32": "fp32"}.get((settings.get("machine") or {}).get("dtype"), "bf16")
+        plot(data, Path(f"docs/adaptive_engine_throughput{args.plot_suffix}.png"),
+             Path(f"docs/acceptance_per_position{args.plot_suffix}.png"), dtype)
     for s in summary:
         print(json.dumps(s))
 

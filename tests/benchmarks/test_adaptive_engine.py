@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from adaptive_engine import markdown_tables, merge_runs, rate, summarise  # noqa: E402
+from adaptive_engine import acceptance_row, markdown_tables, merge_runs, plot, rate, summarise  # noqa: E402
 
 SETTINGS = {"modes": ["off", "ngram:2", "ngram:7:adaptive"], "repeat": 3, "max_tokens": 48, "sustained": True,
             "min_requests": 8, "per_slot": 2}
@@ -55,3 +55,15 @@ def test_the_docs_tables_read_medians():
     data[0]["samples_tokens_per_s"] = [90.0, 100.0]
     table = markdown_tables({**SETTINGS, "rows": data})
     assert "| repetitive | 1 | 95.0 | 92.0 | 94.0 | 97.0 | 99.0 | 1.02 | 1.02 | 1.02 |" in table
+
+
+
+def test_a_grid_without_concurrency_1_plots_acceptance_at_its_lowest(tmp_path):
+    data = rows(2, 99.0) + rows(16, 99.0)
+    for r in data:
+        r["acceptance_per_position"] = [0.9 if r["concurrency"] == 2 else 0.5] * r["k"] or None
+    assert acceptance_row(data, "ngram", "repetitive")["acceptance_per_position"] == [0.9] * 7
+    assert acceptance_row(data, "draft", "repetitive") is None  # not in this grid: left out, not an error
+    throughput, acceptance = tmp_path / "t.png", tmp_path / "a.png"
+    plot(data, throughput, acceptance, "fp32")
+    assert throughput.exists() and acceptance.exists()
