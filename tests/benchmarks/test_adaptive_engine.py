@@ -57,7 +57,6 @@ def test_the_docs_tables_read_medians():
     assert "| repetitive | 1 | 95.0 | 92.0 | 94.0 | 97.0 | 99.0 | 1.02 | 1.02 | 1.02 |" in table
 
 
-
 def test_a_grid_without_concurrency_1_plots_acceptance_at_its_lowest(tmp_path):
     data = rows(2, 99.0) + rows(16, 99.0)
     for r in data:
