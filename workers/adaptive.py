@@ -69,6 +69,17 @@ CATCH_UP_HORIZON = 16
 # time and the weight of as many single observations): one refresh rebuilds the lookup curves, 0.22 ms of a
 # 41 ms step at c=1 when done every step (~0.5%).
 OBSERVE_BATCH = 8
+# MIXED_GAIN: in a step that also prefills, the depth plan scales each position's survival by what such
+# drafts delivered: accepted over the survival it counted on for every position it drafted, including those
+# the trim then cut (`PlanCalibration.gain`, per request count, one instance for these steps alone). The
+# plan drafts on last step's estimates shrunk to the batch mean; the trim re-prices the drafts with fresh
+# ones. Next to a prefill chunk the verified rows are priced as decode rows only, so a draft pays when its
+# survival beats the decode rate's cost of a row, and at c=32 on this CPU that bar (~0.3) is near the mean
+# estimate: the plan drafted every request, the trim kept the upper half, and the plan paid a draft iteration
+# and the catch-ups for positions never verified. Measured (trained draft, repetitive c=32, one run): the
+# plans of such steps counted on 104.6 extra tokens and 54 were accepted (pure decode steps, calibrated:
+# 24.6 and 25), at 0.95x of no speculation. Pure decode steps do not need it: their trim cutting the drafts
+# removes the step from their time calibration instead.
 
 
 class CapacityPlanner(Protocol):
@@ -113,6 +124,11 @@ class AdaptiveVerifier:
         self.calibration = PlanCalibration()  # the depth plan's predictions against the steps it chose
         self._planned: tuple[int, float, torch.Tensor] | None = None  # a pure decode step that drafts:
         # (cost table row, its predicted seconds, the survival [B, K] the plan counted on), unscaled
+        # steps that also prefill: accepted drafts against the survival of all the plan drafted (MIXED_GAIN)
+        self.mixed_calibration = PlanCalibration()
+        # (row, survival [B, K] of what it drafted, drafted [B, K])
+        self._planned_mixed: tuple[int, torch.Tensor, torch.Tensor] | None = None
+        self._planned_drafting: tuple[int, float] | None = None  # (row, the drafter's seconds priced there)
 
     @classmethod
     def build(cls, engine: "LLMEngine") -> "AdaptiveVerifier":
@@ -149,7 +165,7 @@ class AdaptiveVerifier:
     def plan_depths(self, plan: "ScheduledStep") -> None:
         """Before drafting: cap each request's draft depth where the previous step's estimates say deeper
         positions will not be verified (drafting them would be pure cost). Free drafts (n-gram) keep k."""
-        self._planned = None
+        self._planned = self._planned_mixed = self._planned_drafting = None
         if not plan.decodes or (self.draft_cost is None and self.capacity_planner is None):
             return
         reqs = [r for r, _ in plan.decodes]
@@ -162,7 +178,7 @@ class AdaptiveVerifier:
         # depth 0 for ~8 steps at a time: 122 of 171 steps at c=1, though drafting pays above p1 = 0.10 there)
         last = torch.stack([self._last.get(r.req_id, self._prior) for r in reqs])
         scores = survival(PLAN_SHRINK * last + (1 - PLAN_SHRINK) * self._prior, n)
-        caps = n
+        caps, gauged = n, False
         # calibrated plans: pure decode steps only
         calibrated, row = self.calibrate and not plan.prefills, self.cost.nearest_requests(len(reqs))
         self._catch_up, self._step_catch_up = {}, 0
@@ -179,19 +195,23 @@ class AdaptiveVerifier:
                 caps, self._idle_plans = torch.zeros_like(n), self._idle_plans + 1
             else:
                 # survival scaled per position by what drafts delivered (non-increasing still: a prefix)
-                rated = (scores * self.calibration.gain(row, scores.shape[1])).cummin(dim=1).values \
-                    if calibrated and self.calibrate_survival else scores
+                rated = self._rated(scores, row, mixed=bool(plan.prefills), calibrated=calibrated)
                 catch_up_s = self._catch_up_row_s(B) * extra  # [B]
                 amortised = catch_up_s / self._catch_up_horizon(reqs, scores)
+                iteration_s = self.draft_cost.lookup(B, B)
+                drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
                 chosen = plan_verify_lengths(rated, self.cost, B + len(plan.prefills),
                                              B + prefill_tokens, self._base_emitted(plan, B + prefill_tokens),
-                                             self.overhead_s, self.draft_cost.lookup(B, B),
-                                             amortised, draft_host_s=self.draft_host_s,
+                                             self.overhead_s, drafting * iteration_s,
+                                             drafting * amortised, draft_host_s=self.draft_host_s,
                                              **(self.calibration.scales(row) if calibrated else {}))
                 caps = chosen.lengths
                 if calibrated and bool(caps.any()):  # the step pays its catch-ups whole: so does the prediction
                     unpaid = float(((catch_up_s - amortised) * (caps > 0)).sum())
                     self._planned = (row, chosen.seconds + unpaid, scores)
+                gauged = self.calibrate and bool(plan.prefills) and bool(caps.any())  # MIXED_GAIN
+                if gauged:  # the drafter's seconds as priced, unscaled
+                    self._planned_drafting = (row, float(caps.max() * iteration_s + (amortised * (caps > 0)).sum()))
                 self._idle_key, self._idle_plans = (None if bool(caps.any()) else key), 0
             # a probe's estimates reset the idle plan (`_remember`)
             probe = self._maybe_probe(caps, n, extra, (B + len(plan.prefills), B + prefill_tokens))
@@ -202,7 +222,23 @@ class AdaptiveVerifier:
         if self.capacity_planner is not None:  # shared drafter: offer only the positions this replica wants
             wanted = scores * (torch.arange(scores.shape[1])[None, :] < caps[:, None])
             caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], wanted))
-        plan.decodes = [(r, int(c)) for r, c in zip(reqs, torch.minimum(n, caps))]
+        depths = torch.minimum(n, caps)
+        plan.decodes = [(r, int(c)) for r, c in zip(reqs, depths)]
+        if gauged:
+            drafted = torch.arange(scores.shape[1])[None, :] < depths[:, None]  # [B, K]
+            self._planned_mixed = (row, scores * drafted, drafted)
+
+    def _rated(self, scores: torch.Tensor, row: int, mixed: bool, calibrated: bool) -> torch.Tensor:  # [B, K]
+        """The survival the depth plan counts on, scaled per position by what such drafts delivered
+        (non-increasing still: a prefix): in steps that also prefill always (MIXED_GAIN), in pure decode
+        steps with "time+survival"."""
+        if mixed and self.calibrate:
+            gain = self.mixed_calibration.gain(row, scores.shape[1])
+        elif calibrated and self.calibrate_survival:
+            gain = self.calibration.gain(row, scores.shape[1])
+        else:
+            return scores
+        return (scores * gain).cummin(dim=1).values
 
     def _idle_plan_holds(self, reqs: list, plan: "ScheduledStep") -> bool:
         """The idle plan (no drafts) holds for this batch, no probe is due and no one else caps the depth:
@@ -360,7 +396,10 @@ class AdaptiveVerifier:
                 self.calibration.observe_plain(row, wall_s, self.cost.lookup(requests, tokens) + self.overhead_s)
             elif self._planned is not None:
                 self.calibration.observe_spec(self._planned[0], wall_s, self._planned[1])
-        self._planned = None
+        if self._planned_drafting is not None and not pure_decode and draft_depth > 0:
+            row, predicted_s = self._planned_drafting
+            self.mixed_calibration.observe_drafting(row, draft_s, predicted_s)
+        self._planned = self._planned_drafting = None
         if pure_decode and ragged_extra > 0:  # refreshes the ragged cost, not the uniform cells (uniform steps do)
             uniform_s = self.cost.lookup(requests, tokens)
             fitted = self._groups.observe(extra_groups, forward_s - uniform_s - float(self.cost.ragged_array(
@@ -431,6 +470,8 @@ class AdaptiveVerifier:
         rows = [(b, n, a) for (b, _, n, _), a in zip(verify, accepted) if b >= 0]
         if self._planned is not None and self.calibrate_survival:
             self._observe_gain(rows)
+        if self._planned_mixed is not None:
+            self._observe_mixed_gain(rows)
         if getattr(self.estimator, "uses_history", False):  # the next trim's history key (n-gram table)
             self._verified_last.update((req.req_id, (n, a)) for (b, req, n, _), a in zip(verify, accepted)
                                        if b >= 0 and n > 0)
@@ -452,6 +493,18 @@ class AdaptiveVerifier:
             accepted[:min(a, m)] += 1
             expected[:m] += scores[b, :m]
         self.calibration.observe_gain(row, accepted, expected, verified)
+
+
+    def _observe_mixed_gain(self, rows: list[tuple[int, int, int]]) -> None:
+        """A step that also prefilled: per position, the drafts accepted against the survival the depth plan
+        counted on for ALL it drafted, verified or cut by the trim (that loss is the point: MIXED_GAIN)."""
+        row, scores, drafted = self._planned_mixed
+        self._planned_mixed = None
+        K = scores.shape[1]
+        accepted = torch.zeros(K)
+        for b, _, a in rows:
+            accepted[:min(a, K)] += 1
+        self.mixed_calibration.observe_gain(row, accepted, scores.sum(0), drafted.sum(0).float())
 
 
 def target_table_path(engine: "LLMEngine") -> Path:

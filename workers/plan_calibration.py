@@ -41,6 +41,9 @@ CALIBRATION_RATE = 0.05  # weight of one step in the running means (~20 steps)
 CALIBRATION_MIN_STEPS = 8  # steps of a kind (or verifying a position) before its ratio is used
 TIME_BOUNDS = (0.5, 2.0)  # a time ratio outside these says something else is wrong: do not follow it
 GAIN_BOUNDS = (0.2, 1.5)  # per position
+# the drafter's seconds against the plan's price for them: a catch-up priced spread over the steps a request
+# has left is paid whole by the step that drafts (workers/adaptive.py MIXED_GAIN), so this one goes higher
+DRAFTING_BOUNDS = (0.5, 4.0)
 
 
 @dataclass(slots=True)
@@ -74,12 +77,15 @@ class _Kinds:
     plain: _Ratio = field(default_factory=_Ratio)  # steps that drafted nothing: seconds
     spec: _Ratio = field(default_factory=_Ratio)  # steps that drafted: seconds
     gain: list[_Ratio] = field(default_factory=list)  # per position: accepted / expected survival
+    drafting: _Ratio = field(default_factory=_Ratio)  # steps that drafted: the drafter's seconds
 
 
 class PlanCalibration:
     """Per request count (the cost table's nearest row): observed / predicted for plain steps' time,
-    drafting steps' time and, per position, accepted drafts. Pure decode steps only: a step that also
-    prefills is priced another way (budget.py) and its time is mostly the chunk's."""
+    drafting steps' time, the drafter's time in drafting steps and, per position, accepted drafts. The
+    depth plan keeps one for pure decode steps (step times, and survival with "time+survival") and one for
+    steps that also prefill (drafter time and survival: the step's time there is mostly the chunk's, which
+    the table extrapolates, ~1.5x too high at c=32 for steps that drafted and steps that did not alike)."""
 
     def __init__(self) -> None:
         self._rows: dict[int, _Kinds] = {}
@@ -100,6 +106,11 @@ class PlanCalibration:
             plain = spec
         return {"plain_scale": plain, "spec_scale": spec}
 
+    def drafting_scale(self, row: int) -> float:
+        """Observed / predicted seconds of the drafter in the steps that drafted (1 until measured)."""
+        k = self._rows.get(row)
+        return 1.0 if k is None else k.drafting.value(DRAFTING_BOUNDS)
+
     def gain(self, row: int, K: int) -> torch.Tensor:  # [K] scale of each position's survival
         k = self._rows.get(row)
         out = torch.ones(K)
@@ -112,6 +123,9 @@ class PlanCalibration:
 
     def observe_spec(self, row: int, seconds: float, predicted_s: float) -> None:
         self._rows.setdefault(row, _Kinds()).spec.add(seconds, predicted_s)
+
+    def observe_drafting(self, row: int, seconds: float, predicted_s: float) -> None:
+        self._rows.setdefault(row, _Kinds()).drafting.add(seconds, predicted_s)
 
     def observe_gain(self, row: int, accepted: torch.Tensor, expected: torch.Tensor, verified: torch.Tensor) -> None:
         """One step's verified drafts, summed per position [K]: how many were accepted, the survival the plan

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 import workers.adaptive as adaptive_module
@@ -146,6 +147,65 @@ def test_a_step_that_prefills_is_valued_at_the_decode_rate():
     assert sum(depths(0.05, [prefill])) == 0 and sum(depths(0.05, [])) == 0
     # 0.3 per draft beats decoding alone: drafted with or without the prefill
     assert sum(depths(0.3, [prefill])) > 0 and sum(depths(0.3, [])) > 0
+
+
+def test_steps_that_prefill_learn_what_their_drafts_delivered_cut_ones_included():
+    """MIXED_GAIN: next to a prefill chunk, 0.3 per draft is drafted (it beats decoding alone). When the trim
+    then cuts those drafts (fresh estimates say no), nothing drafted there is accepted: after
+    CALIBRATION_MIN_STEPS such steps the plan counts on a fifth of the survival there and stops drafting
+    next to a prefill, while pure decode steps, calibrated on their own, still draft."""
+    table = CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
+    reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(3)]
+    prefill = (_Req(req_id="p", tokens=[1] * 600), 512)
+    est = LogisticEstimator(7, 3)
+    est.refits = est.warmup_refits
+    av = AdaptiveVerifier(table, est, CostTable({(1, 1): 0.0045, (4, 4): 0.005}), calibrate=True)
+    av._prior = torch.full((7,), 0.3)
+
+    def mixed_depths() -> list[int]:
+        av._since_probe = 0  # not a probe step
+        plan = ScheduledStep(decodes=[(r, 7) for r in reqs], prefills=[prefill])
+        av.plan_depths(plan)
+        verify = [(b, r, 0, b) for b, (r, _) in enumerate(plan.decodes)]  # the trim cut every draft
+        av.learn(SimpleNamespace(features=None), verify, [0] * len(verify))
+        return [d for _, d in plan.decodes]
+
+    drafted = [sum(mixed_depths()) for _ in range(CALIBRATION_MIN_STEPS + 2)]
+    assert all(drafted[:CALIBRATION_MIN_STEPS]) and drafted[-1] == 0
+    row = table.nearest_requests(3)
+    assert float(av.mixed_calibration.gain(row, 7)[0]) == pytest.approx(GAIN_BOUNDS[0])
+    assert row not in av.calibration._rows  # the pure decode steps' calibration learnt nothing from them
+    plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
+    av._since_probe = 0
+    av.plan_depths(plan)
+    assert sum(d for _, d in plan.decodes) > 0
+
+
+def test_steps_that_prefill_learn_what_their_drafting_cost():
+    """A catch-up priced spread over the steps a request has left is paid whole by the step that drafts:
+    when the drafter takes 3x what the plan priced in steps that also prefill, after CALIBRATION_MIN_STEPS
+    such steps their plans price drafting at 3x and stop, while pure decode steps still draft."""
+    table = CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
+    reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(3)]
+    est = LogisticEstimator(7, 3)
+    est.refits = est.warmup_refits
+    av = AdaptiveVerifier(table, est, CostTable({(1, 1): 0.0045, (4, 4): 0.005}), calibrate=True)
+    av._prior = torch.full((7,), 0.3)
+    drafted = []
+    for _ in range(CALIBRATION_MIN_STEPS + 2):
+        av._since_probe = 0  # not a probe step
+        plan = ScheduledStep(decodes=[(r, 7) for r in reqs], prefills=[(_Req("p", [1] * 600), 512)])
+        av.plan_depths(plan)
+        depth = max(d for _, d in plan.decodes)
+        drafted.append(depth)
+        draft_s = 3 * av._planned_drafting[1] if depth else 0.0
+        av.observe_step(0.3 + draft_s, 0.3, draft_s, 4, 515, False, draft_requests=3, draft_depth=depth)
+    assert all(drafted[:CALIBRATION_MIN_STEPS]) and drafted[-1] == 0
+    assert av.mixed_calibration.drafting_scale(table.nearest_requests(3)) == pytest.approx(3.0)
+    plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
+    av._since_probe = 0
+    av.plan_depths(plan)
+    assert sum(d for _, d in plan.decodes) > 0
 
 
 def _catch_up_verifier() -> AdaptiveVerifier:
