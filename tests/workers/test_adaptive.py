@@ -183,13 +183,15 @@ def test_steps_that_prefill_learn_what_their_drafts_delivered_cut_ones_included(
 
 def test_steps_that_prefill_learn_what_their_drafting_cost():
     """A catch-up priced spread over the steps a request has left is paid whole by the step that drafts:
-    when the drafter takes 3x what the plan priced in steps that also prefill, after CALIBRATION_MIN_STEPS
-    such steps their plans price drafting at 3x and stop, while pure decode steps still draft."""
+    when every step that also prefills pays its catch-ups whole (the drafter ran as its table says, ~3.7x
+    what the plan priced), after CALIBRATION_MIN_STEPS such steps their plans price drafting at that ratio
+    and stop, while pure decode steps still draft."""
     table = CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
     reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(3)]
     est = LogisticEstimator(7, 3)
     est.refits = est.warmup_refits
-    av = AdaptiveVerifier(table, est, CostTable({(1, 1): 0.0045, (4, 4): 0.005}), calibrate=True)
+    draft = CostTable({(1, 1): 0.0045, (4, 4): 0.005, (4, 68): 0.025})  # with a catch-up column
+    av = AdaptiveVerifier(table, est, draft, calibrate=True)
     av._prior = torch.full((7,), 0.3)
     drafted = []
     for _ in range(CALIBRATION_MIN_STEPS + 2):
@@ -198,10 +200,11 @@ def test_steps_that_prefill_learn_what_their_drafting_cost():
         av.plan_depths(plan)
         depth = max(d for _, d in plan.decodes)
         drafted.append(depth)
-        draft_s = 3 * av._planned_drafting[1] if depth else 0.0
+        av._step_catch_up = sum(av._catch_up.values()) if depth else 0  # the requests never catch up for good
+        draft_s = depth * draft.lookup(3, 3) + av._catch_up_row_s(3) * av._step_catch_up
         av.observe_step(0.3 + draft_s, 0.3, draft_s, 4, 515, False, draft_requests=3, draft_depth=depth)
     assert all(drafted[:CALIBRATION_MIN_STEPS]) and drafted[-1] == 0
-    assert av.mixed_calibration.drafting_scale(table.nearest_requests(3)) == pytest.approx(3.0)
+    assert av.mixed_calibration.drafting_scale(table.nearest_requests(3)) > 3
     plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
     av._since_probe = 0
     av.plan_depths(plan)
