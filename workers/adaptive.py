@@ -69,17 +69,21 @@ CATCH_UP_HORIZON = 16
 # time and the weight of as many single observations): one refresh rebuilds the lookup curves, 0.22 ms of a
 # 41 ms step at c=1 when done every step (~0.5%).
 OBSERVE_BATCH = 8
-# MIXED_GAIN: in a step that also prefills, the depth plan scales each position's survival by what such
-# drafts delivered: accepted over the survival it counted on for every position it drafted, including those
-# the trim then cut (`PlanCalibration.gain`, per request count, one instance for these steps alone). The
-# plan drafts on last step's estimates shrunk to the batch mean; the trim re-prices the drafts with fresh
-# ones. Next to a prefill chunk the verified rows are priced as decode rows only, so a draft pays when its
-# survival beats the decode rate's cost of a row, and at c=32 on this CPU that bar (~0.3) is near the mean
-# estimate: the plan drafted every request, the trim kept the upper half, and the plan paid a draft iteration
-# and the catch-ups for positions never verified. Measured (trained draft, repetitive c=32, one run): the
-# plans of such steps counted on 104.6 extra tokens and 54 were accepted (pure decode steps, calibrated:
-# 24.6 and 25), at 0.95x of no speculation. Pure decode steps do not need it: their trim cutting the drafts
-# removes the step from their time calibration instead.
+# Mixed steps: steps that also prefill calibrate the depth plan on their own (`mixed_calibration`, per
+# request count), as their plans were wrong twice over and nothing corrected them (the plan's calibration
+# reads pure decode steps only). Measured at the trained draft, repetitive c=32 (0.95x of no speculation;
+# ad-hoc plan logs, not committed):
+# - survival: the plan drafts on last step's estimates shrunk to the batch mean; the trim re-prices the
+#   drafts with fresh ones against rows priced as decode rows, and at c=32 that bar (~0.3) is near the mean
+#   estimate, so the plan drafted most requests and the trim kept the upper half. Its plans there counted on
+#   104.6 extra tokens and 54 were accepted (pure decode steps: 24.6 and 25). So each position's survival is
+#   scaled by accepted over the survival counted on for ALL it drafted, those the trim cut included.
+# - the drafter's time: its catch-ups, priced spread over the steps a request has left (CATCH_UP_HORIZON),
+#   were paid whole again and again, as requests drafted now and then: 77 ms of drafting per drafting step
+#   against a ~25 ms iteration. The step's time there is mostly the chunk's (the table read 1.5x high for
+#   steps that drafted and steps that did not alike), so the drafter's seconds are compared alone: they ran
+#   at 3.45x the plan's price, and the plan now multiplies its drafting prices by that ratio.
+# With both, the point read 0.987 of no speculation (0.977-0.997, 2 cycles; the code before: 0.950 and 0.959).
 
 
 class CapacityPlanner(Protocol):
@@ -124,7 +128,7 @@ class AdaptiveVerifier:
         self.calibration = PlanCalibration()  # the depth plan's predictions against the steps it chose
         self._planned: tuple[int, float, torch.Tensor] | None = None  # a pure decode step that drafts:
         # (cost table row, its predicted seconds, the survival [B, K] the plan counted on), unscaled
-        # steps that also prefill: accepted drafts against the survival of all the plan drafted (MIXED_GAIN)
+        # steps that also prefill: the drafter's time and the survival of all drafted ("Mixed steps" above)
         self.mixed_calibration = PlanCalibration()
         # (row, survival [B, K] of what it drafted, drafted [B, K])
         self._planned_mixed: tuple[int, torch.Tensor, torch.Tensor] | None = None
@@ -179,7 +183,7 @@ class AdaptiveVerifier:
         last = torch.stack([self._last.get(r.req_id, self._prior) for r in reqs])
         scores = survival(PLAN_SHRINK * last + (1 - PLAN_SHRINK) * self._prior, n)
         caps, gauged = n, False
-        # calibrated plans: pure decode steps only
+        # `calibration`: pure decode steps; steps that also prefill: `mixed_calibration` ("Mixed steps" above)
         calibrated, row = self.calibrate and not plan.prefills, self.cost.nearest_requests(len(reqs))
         self._catch_up, self._step_catch_up = {}, 0
         if self.draft_cost is not None and self.estimator_ready:
@@ -209,7 +213,7 @@ class AdaptiveVerifier:
                 if calibrated and bool(caps.any()):  # the step pays its catch-ups whole: so does the prediction
                     unpaid = float(((catch_up_s - amortised) * (caps > 0)).sum())
                     self._planned = (row, chosen.seconds + unpaid, scores)
-                gauged = self.calibrate and bool(plan.prefills) and bool(caps.any())  # MIXED_GAIN
+                gauged = self.calibrate and bool(plan.prefills) and bool(caps.any())  # "Mixed steps" above
                 if gauged:  # the drafter's seconds as priced, unscaled
                     self._planned_drafting = (row, float(caps.max() * iteration_s + (amortised * (caps > 0)).sum()))
                 self._idle_key, self._idle_plans = (None if bool(caps.any()) else key), 0
@@ -230,8 +234,8 @@ class AdaptiveVerifier:
 
     def _rated(self, scores: torch.Tensor, row: int, mixed: bool, calibrated: bool) -> torch.Tensor:  # [B, K]
         """The survival the depth plan counts on, scaled per position by what such drafts delivered
-        (non-increasing still: a prefix): in steps that also prefill always (MIXED_GAIN), in pure decode
-        steps with "time+survival"."""
+        (non-increasing still: a prefix): in steps that also prefill unless calibrate_plan is "off" ("Mixed
+        steps" above), in pure decode steps with "time+survival"."""
         if mixed and self.calibrate:
             gain = self.mixed_calibration.gain(row, scores.shape[1])
         elif calibrated and self.calibrate_survival:
@@ -494,10 +498,9 @@ class AdaptiveVerifier:
             expected[:m] += scores[b, :m]
         self.calibration.observe_gain(row, accepted, expected, verified)
 
-
     def _observe_mixed_gain(self, rows: list[tuple[int, int, int]]) -> None:
         """A step that also prefilled: per position, the drafts accepted against the survival the depth plan
-        counted on for ALL it drafted, verified or cut by the trim (that loss is the point: MIXED_GAIN)."""
+        counted on for ALL it drafted, verified or cut by the trim (that loss is the point: "Mixed steps")."""
         row, scores, drafted = self._planned_mixed
         self._planned_mixed = None
         K = scores.shape[1]

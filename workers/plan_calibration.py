@@ -42,7 +42,7 @@ CALIBRATION_MIN_STEPS = 8  # steps of a kind (or verifying a position) before it
 TIME_BOUNDS = (0.5, 2.0)  # a time ratio outside these says something else is wrong: do not follow it
 GAIN_BOUNDS = (0.2, 1.5)  # per position
 # the drafter's seconds against the plan's price for them: a catch-up priced spread over the steps a request
-# has left is paid whole by the step that drafts (workers/adaptive.py MIXED_GAIN), so this one goes higher
+# has left is paid whole by the step that drafts (workers/adaptive.py, "Mixed steps"), so this one goes higher
 DRAFTING_BOUNDS = (0.5, 4.0)
 
 
@@ -129,7 +129,8 @@ class PlanCalibration:
 
     def observe_gain(self, row: int, accepted: torch.Tensor, expected: torch.Tensor, verified: torch.Tensor) -> None:
         """One step's verified drafts, summed per position [K]: how many were accepted, the survival the plan
-        counted on for them, and how many were verified (positions none verified teach nothing)."""
+        counted on for them, and how many were verified (in steps that also prefill: drafted, the trim's cuts
+        included; positions none verified teach nothing)."""
         k = self._rows.setdefault(row, _Kinds())
         while len(k.gain) < len(accepted):
             k.gain.append(_Ratio())

@@ -1,7 +1,7 @@
 """The draft-depth plan of adaptive verification (workers/adaptive.py), isolated with a hand-made cost table:
 stale per-request estimates are shrunk towards the running mean, one request planned at depth 0 still
 drafts one position now and then (a probe, whose cost is bounded to a share of the time), so estimates are
-refreshed, and a draft's catch-up is priced."""
+refreshed, a draft's catch-up is priced, and steps that also prefill are calibrated on their own."""
 import math
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -150,8 +150,9 @@ def test_a_step_that_prefills_is_valued_at_the_decode_rate():
 
 
 def test_steps_that_prefill_learn_what_their_drafts_delivered_cut_ones_included():
-    """MIXED_GAIN: next to a prefill chunk, 0.3 per draft is drafted (it beats decoding alone). When the trim
-    then cuts those drafts (fresh estimates say no), nothing drafted there is accepted: after
+    """Mixed steps (workers/adaptive.py): next to a prefill chunk, 0.3 per draft is drafted (it beats
+    decoding alone). When the trim then cuts those drafts (fresh estimates say no), nothing drafted there is
+    accepted: after
     CALIBRATION_MIN_STEPS such steps the plan counts on a fifth of the survival there and stops drafting
     next to a prefill, while pure decode steps, calibrated on their own, still draft."""
     table = CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
