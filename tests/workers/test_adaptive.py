@@ -124,62 +124,61 @@ def test_a_probe_drafts_only_the_request_with_the_least_to_catch_up_on():
     assert probed == [(PROBE_EVERY, "r3"), (2 * PROBE_EVERY, "r3")]
 
 
+# three decoding requests next to a 512-token prefill chunk, at a CPU-like cost shape
+MIXED_TABLE = CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
+MIXED_DRAFT = {(1, 1): 0.0045, (4, 4): 0.005}
+MIXED_REQS = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(3)]
+PREFILL = (_Req(req_id="p", tokens=[1] * 600), 512)
+
+
+def _mixed_verifier(prior: float, draft: CostTable | None = None, calibrate: bool = False) -> AdaptiveVerifier:
+    est = LogisticEstimator(7, 3)
+    est.refits = est.warmup_refits  # past its warm-up: the depth plan is in force
+    av = AdaptiveVerifier(MIXED_TABLE, est, draft or CostTable(dict(MIXED_DRAFT)), calibrate=calibrate)
+    av._prior = torch.full((7,), prior)
+    return av
+
+
+def _plan(av: AdaptiveVerifier, prefills: list) -> ScheduledStep:
+    av._since_probe = 0  # not a probe step
+    plan = ScheduledStep(decodes=[(r, 7) for r in MIXED_REQS], prefills=prefills)
+    av.plan_depths(plan)
+    return plan
+
+
 def test_a_step_that_prefills_is_valued_at_the_decode_rate():
     """Next to a 512-token prefill chunk, one decode token per request undervalues the step: drafts that beat
     that step's own rate but cost more per token than decoding alone are not drafted; drafts that beat
     decoding alone still are."""
-    table = CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
-    reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(3)]
-    prefill = (_Req(req_id="p", tokens=[1] * 600), 512)
-
     def depths(prior: float, prefills: list) -> list[int]:
-        est = LogisticEstimator(7, 3)
-        est.refits = est.warmup_refits
-        av = AdaptiveVerifier(table, est, CostTable({(1, 1): 0.0045, (4, 4): 0.005}))
-        av._prior = torch.full((7,), prior)
-        av._since_probe = 0  # not a probe step
-        plan = ScheduledStep(decodes=[(r, 7) for r in reqs], prefills=prefills)
-        av.plan_depths(plan)
-        return [d for _, d in plan.decodes]
+        return [d for _, d in _plan(_mixed_verifier(prior), prefills).decodes]
 
     # 0.05 per draft: 0.15 tokens for ~6 ms beats 3 tokens in the ~250 ms mixed step, not decoding alone
     # (3 tokens in ~41 ms)
-    assert sum(depths(0.05, [prefill])) == 0 and sum(depths(0.05, [])) == 0
+    assert sum(depths(0.05, [PREFILL])) == 0 and sum(depths(0.05, [])) == 0
     # 0.3 per draft beats decoding alone: drafted with or without the prefill
-    assert sum(depths(0.3, [prefill])) > 0 and sum(depths(0.3, [])) > 0
+    assert sum(depths(0.3, [PREFILL])) > 0 and sum(depths(0.3, [])) > 0
 
 
 def test_steps_that_prefill_learn_what_their_drafts_delivered_cut_ones_included():
     """Mixed steps (workers/adaptive.py): next to a prefill chunk, 0.3 per draft is drafted (it beats
     decoding alone). When the trim then cuts those drafts (fresh estimates say no), nothing drafted there is
-    accepted: after
-    CALIBRATION_MIN_STEPS such steps the plan counts on a fifth of the survival there and stops drafting
-    next to a prefill, while pure decode steps, calibrated on their own, still draft."""
-    table = CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
-    reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(3)]
-    prefill = (_Req(req_id="p", tokens=[1] * 600), 512)
-    est = LogisticEstimator(7, 3)
-    est.refits = est.warmup_refits
-    av = AdaptiveVerifier(table, est, CostTable({(1, 1): 0.0045, (4, 4): 0.005}), calibrate=True)
-    av._prior = torch.full((7,), 0.3)
+    accepted: after CALIBRATION_MIN_STEPS such steps the plan counts on a fifth of the survival there and
+    stops drafting next to a prefill, while pure decode steps, calibrated on their own, still draft."""
+    av = _mixed_verifier(0.3, calibrate=True)
 
     def mixed_depths() -> list[int]:
-        av._since_probe = 0  # not a probe step
-        plan = ScheduledStep(decodes=[(r, 7) for r in reqs], prefills=[prefill])
-        av.plan_depths(plan)
+        plan = _plan(av, [PREFILL])
         verify = [(b, r, 0, b) for b, (r, _) in enumerate(plan.decodes)]  # the trim cut every draft
         av.learn(SimpleNamespace(features=None), verify, [0] * len(verify))
         return [d for _, d in plan.decodes]
 
     drafted = [sum(mixed_depths()) for _ in range(CALIBRATION_MIN_STEPS + 2)]
     assert all(drafted[:CALIBRATION_MIN_STEPS]) and drafted[-1] == 0
-    row = table.nearest_requests(3)
+    row = MIXED_TABLE.nearest_requests(3)
     assert float(av.mixed_calibration.gain(row, 7)[0]) == pytest.approx(GAIN_BOUNDS[0])
     assert row not in av.calibration._rows  # the pure decode steps' calibration learnt nothing from them
-    plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
-    av._since_probe = 0
-    av.plan_depths(plan)
-    assert sum(d for _, d in plan.decodes) > 0
+    assert sum(d for _, d in _plan(av, []).decodes) > 0
 
 
 def test_steps_that_prefill_learn_what_their_drafting_cost():
@@ -187,29 +186,18 @@ def test_steps_that_prefill_learn_what_their_drafting_cost():
     when every step that also prefills pays its catch-ups whole (the drafter ran as its table says, ~3.7x
     what the plan priced), after CALIBRATION_MIN_STEPS such steps their plans price drafting at that ratio
     and stop, while pure decode steps still draft."""
-    table = CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
-    reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(3)]
-    est = LogisticEstimator(7, 3)
-    est.refits = est.warmup_refits
-    draft = CostTable({(1, 1): 0.0045, (4, 4): 0.005, (4, 68): 0.025})  # with a catch-up column
-    av = AdaptiveVerifier(table, est, draft, calibrate=True)
-    av._prior = torch.full((7,), 0.3)
+    draft = CostTable({**MIXED_DRAFT, (4, 68): 0.025})  # with a catch-up column
+    av = _mixed_verifier(0.3, draft, calibrate=True)
     drafted = []
     for _ in range(CALIBRATION_MIN_STEPS + 2):
-        av._since_probe = 0  # not a probe step
-        plan = ScheduledStep(decodes=[(r, 7) for r in reqs], prefills=[(_Req("p", [1] * 600), 512)])
-        av.plan_depths(plan)
-        depth = max(d for _, d in plan.decodes)
+        depth = max(d for _, d in _plan(av, [PREFILL]).decodes)
         drafted.append(depth)
         av._step_catch_up = sum(av._catch_up.values()) if depth else 0  # the requests never catch up for good
         draft_s = depth * draft.lookup(3, 3) + av._catch_up_row_s(3) * av._step_catch_up
         av.observe_step(0.3 + draft_s, 0.3, draft_s, 4, 515, False, draft_requests=3, draft_depth=depth)
     assert all(drafted[:CALIBRATION_MIN_STEPS]) and drafted[-1] == 0
-    assert av.mixed_calibration.drafting_scale(table.nearest_requests(3)) > 3
-    plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
-    av._since_probe = 0
-    av.plan_depths(plan)
-    assert sum(d for _, d in plan.decodes) > 0
+    assert av.mixed_calibration.drafting_scale(MIXED_TABLE.nearest_requests(3)) > 3
+    assert sum(d for _, d in _plan(av, []).decodes) > 0
 
 
 def _catch_up_verifier() -> AdaptiveVerifier:
