@@ -44,6 +44,15 @@ GAIN_BOUNDS = (0.2, 1.5)  # per position
 # the drafter's seconds against the plan's price for them: a catch-up priced spread over the steps a request
 # has left is paid whole by the step that drafts (workers/adaptive.py, "Mixed steps"), so this one goes higher
 DRAFTING_BOUNDS = (0.5, 4.0)
+# Plain steps' ratio goes stale after this many drafting steps at its request count without a plain step: it
+# then borrows the drafting steps' ratio, and the next plain steps measure it afresh. Nothing else refreshes
+# it (drafting steps have probes; plain steps only come when the plan chooses them), so a ratio read high
+# once stayed: 1.71 from 15 plain steps of ShareGPT c=32 still priced plain steps at repetitive c=32 later in
+# the same process, where a fresh engine measured them at 0.955. Not shown to matter alone: A/B in one
+# process at that point, both engines drafted in ~96% of pure decode plans, with / without 0.988 paired (2
+# cycles), and 0.997 at ShareGPT c=2 where drafting pays (6 cycles; docs/architecture.md). 32 steps: ~1.6x
+# the running means' memory.
+PLAIN_STALE_STEPS = 32
 
 
 @dataclass(slots=True)
@@ -78,6 +87,7 @@ class _Kinds:
     spec: _Ratio = field(default_factory=_Ratio)  # steps that drafted: seconds
     gain: list[_Ratio] = field(default_factory=list)  # per position: accepted / expected survival
     drafting: _Ratio = field(default_factory=_Ratio)  # steps that drafted: the drafter's seconds
+    spec_since_plain: int = 0  # drafting steps seen since the last plain step (PLAIN_STALE_STEPS)
 
 
 class PlanCalibration:
@@ -87,8 +97,9 @@ class PlanCalibration:
     steps that also prefill (drafter time and survival: the step's time there is mostly the chunk's, which
     the table extrapolates, ~1.5x too high at c=32 for steps that drafted and steps that did not alike)."""
 
-    def __init__(self) -> None:
+    def __init__(self, plain_stale_steps: int = PLAIN_STALE_STEPS) -> None:
         self._rows: dict[int, _Kinds] = {}
+        self.plain_stale_steps = plain_stale_steps
 
     def scales(self, row: int) -> dict[str, float]:
         """Keyword arguments for `plan_verify_lengths`."""
@@ -100,9 +111,10 @@ class PlanCalibration:
         # speed) moves both, as a drafting step contains the plain step's forward. Scaling plain steps alone
         # priced them 1.25x at c=32 before any drafting step was seen there, so drafting looked 5-22% better
         # than not; it drafted in 46 steps, accepted none (trained draft, repetitive, one run).
+        # A stale plain ratio borrows too (PLAIN_STALE_STEPS).
         if not k.spec.ready:
             spec = plain
-        elif not k.plain.ready:
+        elif not k.plain.ready or self._plain_stale(k):
             plain = spec
         return {"plain_scale": plain, "spec_scale": spec}
 
@@ -118,11 +130,20 @@ class PlanCalibration:
             out[i] = r.value(GAIN_BOUNDS)
         return out
 
+    def _plain_stale(self, k: _Kinds) -> bool:
+        return k.spec_since_plain > self.plain_stale_steps
+
     def observe_plain(self, row: int, seconds: float, predicted_s: float) -> None:
-        self._rows.setdefault(row, _Kinds()).plain.add(seconds, predicted_s)
+        k = self._rows.setdefault(row, _Kinds())
+        if self._plain_stale(k):  # measured afresh, borrowing the drafting steps' ratio until it is ready
+            k.plain = _Ratio()
+        k.spec_since_plain = 0
+        k.plain.add(seconds, predicted_s)
 
     def observe_spec(self, row: int, seconds: float, predicted_s: float) -> None:
-        self._rows.setdefault(row, _Kinds()).spec.add(seconds, predicted_s)
+        k = self._rows.setdefault(row, _Kinds())
+        k.spec.add(seconds, predicted_s)
+        k.spec_since_plain += 1
 
     def observe_drafting(self, row: int, seconds: float, predicted_s: float) -> None:
         self._rows.setdefault(row, _Kinds()).drafting.add(seconds, predicted_s)

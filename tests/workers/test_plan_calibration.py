@@ -3,8 +3,8 @@ per position and per request count, neutral until enough steps were seen, and bo
 import pytest
 import torch
 
-from workers.plan_calibration import (CALIBRATION_MIN_STEPS, DRAFTING_BOUNDS, GAIN_BOUNDS, TIME_BOUNDS,
-                                      PlanCalibration)
+from workers.plan_calibration import (CALIBRATION_MIN_STEPS, DRAFTING_BOUNDS, GAIN_BOUNDS, PLAIN_STALE_STEPS,
+                                      TIME_BOUNDS, PlanCalibration)
 
 NEUTRAL = {"plain_scale": 1.0, "spec_scale": 1.0}
 
@@ -37,6 +37,31 @@ def test_a_kind_of_step_not_measured_yet_borrows_the_other_kinds_ratio():
     for _ in range(CALIBRATION_MIN_STEPS):
         other.observe_spec(2, 0.045, 0.050)
     assert other.scales(2) == pytest.approx({"plain_scale": 0.9, "spec_scale": 0.9})
+
+
+def test_a_plain_ratio_no_plain_step_refreshed_goes_stale_and_is_then_measured_afresh():
+    """Plain steps read 1.7x the table at one workload; the plan then drafts in every step, so no plain step
+    refreshes that ratio. After PLAIN_STALE_STEPS drafting steps it borrows the drafting steps' ratio; the
+    plain steps that follow are measured from scratch (0.95 now), not averaged into the stale 1.7."""
+    cal = PlanCalibration()
+    for _ in range(CALIBRATION_MIN_STEPS):
+        cal.observe_plain(32, 0.340, 0.200)
+    for _ in range(PLAIN_STALE_STEPS):
+        cal.observe_spec(32, 0.220, 0.200)
+    assert cal.scales(32) == pytest.approx({"plain_scale": 1.7, "spec_scale": 1.1})
+    cal.observe_spec(32, 0.220, 0.200)
+    assert cal.scales(32) == pytest.approx({"plain_scale": 1.1, "spec_scale": 1.1})
+    cal.observe_plain(32, 0.190, 0.200)  # fresh, and not ready yet: still the drafting steps' ratio
+    assert cal.scales(32) == pytest.approx({"plain_scale": 1.1, "spec_scale": 1.1})
+    for _ in range(CALIBRATION_MIN_STEPS - 1):
+        cal.observe_plain(32, 0.190, 0.200)
+    assert cal.scales(32) == pytest.approx({"plain_scale": 0.95, "spec_scale": 1.1})
+    for _ in range(PLAIN_STALE_STEPS):  # plain steps now and then keep the ratio fresh
+        cal.observe_spec(32, 0.220, 0.200)
+    cal.observe_plain(32, 0.190, 0.200)
+    for _ in range(PLAIN_STALE_STEPS):
+        cal.observe_spec(32, 0.220, 0.200)
+    assert cal.scales(32) == pytest.approx({"plain_scale": 0.95, "spec_scale": 1.1})
 
 
 def test_the_gain_is_per_position_a_ratio_of_running_means_and_only_where_drafts_were_verified():
