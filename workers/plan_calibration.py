@@ -16,7 +16,7 @@ on (the previous step's estimates regress to the mean once the plan picks the re
 high, and deeper positions compound the error). It scales its next choices by them. Predictions are kept
 unscaled, so a ratio measures the model alone and the correction never feeds on itself. Until a kind of step
 has been seen CALIBRATION_MIN_STEPS times at a request count, it borrows the other kind's ratio (see
-`scales`).
+`scales`); so does a plain-step ratio no plain step refreshed for PLAIN_STALE_STEPS drafting steps.
 
 One ratio for all positions was tried first: at ShareGPT c=1 the deep positions' shortfall set it to its
 floor, 0.5, and the plan stopped drafting where fixed k=2 beats no speculation by 7% (0.908 of k=2 against
