@@ -85,6 +85,21 @@ OBSERVE_BATCH = 8
 #   at 3.45x the plan's price, and the plan now multiplies its drafting prices by that ratio.
 # With both, the point read 0.987 of no speculation (0.977-0.997, 2 cycles; the code before: 0.950 and 0.959).
 
+# Ragged steps: a pure decode step whose requests verify different counts refreshes the table's ragged cost by
+# its forward over a uniform step's. That uniform step is priced as one run now: the table's lookup times the
+# recent uniform pure steps' forward over their lookup (per row, a running mean over ~1 / LEVEL_RATE steps),
+# since the table itself is refreshed OBSERVE_BATCH steps at a time and then by its EMA, so it lags when the
+# machine's speed moves. Read against the lookup alone (trained draft, ShareGPT c=32 then repetitive c=32, one
+# process; ad-hoc price log, not committed): in a stretch where pure steps ran ~2.2x the table (2.4-2.5 s
+# forwards, uniform and ragged alike) the ragged steps put that whole gap into the ragged cost, which went
+# from ~0 to 290-370 ms at 32 requests and stayed, as no plan took a ragged step at that price again. At
+# repetitive c=32 the trim then cut all the plan had drafted in 24 of 72 drafting steps (every plan that was
+# not uniform), wasting 129 ms of drafting a step. With the level, the same history left the ragged cells at
+# 0 and 16 ms, and the point read 1.010 and 1.001 of no speculation against 0.983 and 0.992 (A/B in one
+# process, 2 cycles; docs/performance.md).
+LEVEL_RATE = 0.25
+LEVEL_BOUNDS = (0.25, 4.0)
+
 
 class CapacityPlanner(Protocol):
     """Caps on each request's draft depth from outside the engine (the cluster's global budget actor
@@ -125,6 +140,7 @@ class AdaptiveVerifier:
         self._step_times: dict[tuple[int, int], list[float]] = {}  # (requests, tokens) -> [seconds summed, steps]
         self._step_times_n = 0
         self._groups = GroupCostFit()  # the cost of query-length groups beyond two (cost.group_s)
+        self._level: dict[int, float] = {}  # row -> recent uniform forward / table ("Ragged steps" above)
         self.calibration = PlanCalibration()  # the depth plan's predictions against the steps it chose
         self._planned: tuple[int, float, torch.Tensor] | None = None  # a pure decode step that drafts:
         # (cost table row, its predicted seconds, the survival [B, K] the plan counted on), unscaled
@@ -405,13 +421,16 @@ class AdaptiveVerifier:
             self.mixed_calibration.observe_drafting(row, draft_s, predicted_s)
         self._planned = self._planned_drafting = None
         if pure_decode and ragged_extra > 0:  # refreshes the ragged cost, not the uniform cells (uniform steps do)
-            uniform_s = self.cost.lookup(requests, tokens)
-            fitted = self._groups.observe(extra_groups, forward_s - uniform_s - float(self.cost.ragged_array(
-                requests, ragged_extra)))
+            row, table_s = self.cost.nearest_requests(requests), self.cost.lookup(requests, tokens)
+            uniform_s = table_s * self._level.get(row, 1.0)  # a uniform step run now ("Ragged steps" above)
+            ragged_s = float(self.cost.ragged_array(requests, ragged_extra))
+            fitted = self._groups.observe(extra_groups, forward_s - uniform_s - ragged_s)
             if fitted is not None:
                 self.cost.group_s = fitted
-            self.cost.observe_ragged(requests, ragged_extra, forward_s - uniform_s - self.cost.group_s * extra_groups)
+            group_s = self.cost.group_s * extra_groups
+            self.cost.observe_ragged(requests, ragged_extra, forward_s - uniform_s - group_s)
         elif pure_decode:
+            self._observe_level(self.cost.nearest_requests(requests), forward_s, self.cost.lookup(requests, tokens))
             self._observe_target(requests, tokens, forward_s)
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
             self._observe_draft(draft_s, draft_requests, draft_depth)
@@ -431,6 +450,14 @@ class AdaptiveVerifier:
         drafted, plain = self._host_s[True], self._host_s[False]
         return 0.0 if drafted is None or plain is None else max(0.0, drafted - plain)
 
+    def _observe_level(self, row: int, uniform_s: float, table_s: float) -> None:
+        """Recent uniform pure decode steps' forward over the table's lookup, per row: how far the machine
+        runs from the table right now (`LEVEL_RATE`). Only uniform steps: ragged ones are what it is for, and
+        the table's cells are refreshed by uniform steps alone, so without them both stay as they were."""
+        ratio = min(max(uniform_s / max(table_s, 1e-12), LEVEL_BOUNDS[0]), LEVEL_BOUNDS[1])
+        level = self._level.get(row, 1.0)
+        self._level[row] = level + LEVEL_RATE * (ratio - level)
+
     def _observe_target(self, requests: int, tokens: int, seconds: float) -> None:
         """Collect a pure decode step's forward time; every OBSERVE_BATCH steps refresh the table with them."""
         acc = self._step_times.setdefault((requests, tokens), [0.0, 0])
@@ -438,9 +465,13 @@ class AdaptiveVerifier:
         acc[1] += 1
         self._step_times_n += 1
         if self._step_times_n >= OBSERVE_BATCH:
+            rows = {self.cost.nearest_requests(r) for r, _ in self._step_times}
+            before = {row: self.cost.lookup(row, row) for row in rows}
             for (r, t), (total, n) in self._step_times.items():
                 self.cost.observe(r, t, total / n, count=n)
             self._step_times, self._step_times_n = {}, 0
+            for row in rows & self._level.keys():  # the table took up part of the gap the level measured
+                self._level[row] *= before[row] / max(self.cost.lookup(row, row), 1e-12)
 
     def _observe_draft(self, draft_s: float, requests: int, depth: int) -> None:
         """Scale what this step's draft prediction read by observed / predicted: the iterations' cell, and

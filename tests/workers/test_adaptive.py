@@ -364,6 +364,25 @@ def test_a_ragged_step_refreshes_the_ragged_cost_and_leaves_the_uniform_cells():
     assert table.lookup(4, 7) > before
 
 
+def test_a_ragged_step_in_a_slow_stretch_leaves_the_gap_to_the_uniform_cells():
+    """Every pure step runs 2x the table (the machine slowed; the table's refresh lags by up to OBSERVE_BATCH
+    steps): a ragged step then costs 2x its uniform lookup plus 2x its ragged cost. Read against the lookup
+    alone, the whole gap (~50 ms) went into the ragged cost, which no uniform step brings back; read against
+    a uniform step run now, the ragged cost moves only by its own share (2x 8 ms)."""
+    table = CostTable({(4, 4): 0.040, (4, 8): 0.050}, ragged={(4, 1): 0.006, (4, 7): 0.012})
+    av = AdaptiveVerifier(table, NgramEstimator(7))
+    for _ in range(OBSERVE_BATCH - 1):  # no table refresh yet: the lookup still reads the warm-up
+        av.observe_step(0.1, 2 * table.lookup(4, 4), 0.0, 4, 4, True)
+    ragged, uniform = float(table.ragged_array(4, 3)), table.lookup(4, 7)
+    av.observe_step(0.2, 2 * (uniform + ragged), 0.0, 4, 7, True, ragged_extra=3)
+    assert abs(table.lookup(4, 7) - uniform) < 1e-9  # the uniform cells are left to uniform steps
+    assert ragged < float(table.ragged_array(4, 3)) < ragged + 0.1 * 0.016  # what the old read would add: +0.005
+    assert av._level[4] == pytest.approx(2.0, rel=0.15)
+    now = av._level[4] * table.lookup(4, 4)
+    av.observe_step(0.1, now, 0.0, 4, 4, True)  # the table's refresh takes up part of the gap: the level the rest
+    assert table.lookup(4, 4) > 0.041 and av._level[4] * table.lookup(4, 4) == pytest.approx(now, rel=1e-6)
+
+
 def test_ragged_steps_with_more_query_lengths_teach_the_group_cost_and_leave_the_uniform_cells():
     """Ragged steps of 2, 3 and 4 query lengths, each group beyond two 3 ms dearer: the fitted group cost
     becomes 3 ms, and once it is known those steps no longer pull the uniform cells up."""
