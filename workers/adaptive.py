@@ -410,18 +410,19 @@ class AdaptiveVerifier:
         the drafter's time (it ran `draft_depth` batched iterations for
         `draft_requests` requests, the first with the catch-up rows planned for them), the host overhead, and
         (a draft model's pure decode steps) the depth plan's calibration."""
-        if self.calibrate and self.draft_cost is not None and pure_decode:  # before this step refreshes it
+        # the table's row and uniform lookup for this step, read once and before this step refreshes them
+        row, table_s = (self.cost.nearest_requests(requests), self.cost.lookup(requests, tokens)) if pure_decode \
+            else (0, 0.0)
+        if self.calibrate and self.draft_cost is not None and pure_decode:
             if draft_depth == 0:
-                row = self.cost.nearest_requests(requests)
-                self.calibration.observe_plain(row, wall_s, self.cost.lookup(requests, tokens) + self.overhead_s)
+                self.calibration.observe_plain(row, wall_s, table_s + self.overhead_s)
             elif self._planned is not None:
                 self.calibration.observe_spec(self._planned[0], wall_s, self._planned[1])
         if self._planned_drafting is not None and not pure_decode and draft_depth > 0:
-            row, predicted_s = self._planned_drafting
-            self.mixed_calibration.observe_drafting(row, draft_s, predicted_s)
+            planned_row, predicted_s = self._planned_drafting
+            self.mixed_calibration.observe_drafting(planned_row, draft_s, predicted_s)
         self._planned = self._planned_drafting = None
         if pure_decode and ragged_extra > 0:  # refreshes the ragged cost, not the uniform cells (uniform steps do)
-            row, table_s = self.cost.nearest_requests(requests), self.cost.lookup(requests, tokens)
             uniform_s = table_s * self._level.get(row, 1.0)  # a uniform step run now ("Ragged steps" above)
             ragged_s = float(self.cost.ragged_array(requests, ragged_extra))
             fitted = self._groups.observe(extra_groups, forward_s - uniform_s - ragged_s)
@@ -430,7 +431,7 @@ class AdaptiveVerifier:
             group_s = self.cost.group_s * extra_groups
             self.cost.observe_ragged(requests, ragged_extra, forward_s - uniform_s - group_s)
         elif pure_decode:
-            self._observe_level(self.cost.nearest_requests(requests), forward_s, self.cost.lookup(requests, tokens))
+            self._observe_level(row, forward_s, table_s)
             self._observe_target(requests, tokens, forward_s)
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
             self._observe_draft(draft_s, draft_requests, draft_depth)
