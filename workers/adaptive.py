@@ -205,8 +205,9 @@ class AdaptiveVerifier:
         self._catch_up, self._step_catch_up = {}, 0
         if self.draft_cost is not None and self.estimator_ready:
             B = len(reqs)
-            extra = torch.tensor([self._catch_up_rows(r) - 1 for r in reqs])  # [B] rows beyond the usual 1
-            self._catch_up = {r.req_id: int(e) for r, e in zip(reqs, extra)}
+            rows = [self._catch_up_rows(r) - 1 for r in reqs]
+            extra = torch.tensor(rows)  # [B] rows beyond the usual 1
+            self._catch_up = {r.req_id: e for r, e in zip(reqs, rows)}
             # a plan that drafted nothing changes no estimate, and the catch-ups only grow: until the batch
             # changes, the same plan holds (re-checked every PROBE_EVERY plans as the cost tables refresh).
             # The plan was ~0.4 ms of a 43 ms step at c=1, where the trained draft pays nowhere.
@@ -227,13 +228,14 @@ class AdaptiveVerifier:
                                              drafting * amortised, draft_host_s=self.draft_host_s,
                                              **(self.calibration.scales(row) if calibrated else {}))
                 caps = chosen.lengths
-                if calibrated and bool(caps.any()):  # the step pays its catch-ups whole: so does the prediction
+                drafts = bool(caps.any())
+                if calibrated and drafts:  # the step pays its catch-ups whole: so does the prediction
                     unpaid = float(((catch_up_s - amortised) * (caps > 0)).sum())
                     self._planned = (row, chosen.seconds + unpaid, scores)
-                gauged = self.calibrate and bool(plan.prefills) and bool(caps.any())  # "Mixed steps" above
+                gauged = self.calibrate and bool(plan.prefills) and drafts  # "Mixed steps" above
                 if gauged:  # the drafter's seconds as priced, unscaled
                     self._planned_drafting = (row, float(caps.max() * iteration_s + (amortised * (caps > 0)).sum()))
-                self._idle_key, self._idle_plans = (None if bool(caps.any()) else key), 0
+                self._idle_key, self._idle_plans = (None if drafts else key), 0
             # a probe's estimates reset the idle plan (`_remember`)
             probe = self._maybe_probe(caps, n, extra, (B + len(plan.prefills), B + prefill_tokens))
             if calibrated and probe is not caps:  # priced as the plain step, one draft iteration, its catch-up, one row
@@ -244,7 +246,7 @@ class AdaptiveVerifier:
             wanted = scores * (torch.arange(scores.shape[1])[None, :] < caps[:, None])
             caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], wanted))
         depths = torch.minimum(n, caps)
-        plan.decodes = [(r, int(c)) for r, c in zip(reqs, depths)]
+        plan.decodes = list(zip(reqs, depths.tolist()))
         if gauged:
             drafted = torch.arange(scores.shape[1])[None, :] < depths[:, None]  # [B, K]
             self._planned_mixed = (row, scores * drafted, drafted)
@@ -330,14 +332,15 @@ class AdaptiveVerifier:
         if proposal.features is None or not plan.decodes:
             return
         n = proposal.num_drafts
-        if not bool(n.any()):  # nothing drafted (the depth plan said no): nothing to trim or remember
+        depths = n.tolist()
+        if not any(depths):  # nothing drafted (the depth plan said no): nothing to trim or remember
             return
         if getattr(self.estimator, "uses_history", False):  # learn() reads the same features
             hist = torch.tensor([float(history_bucket(self._verified_last.get(r.req_id))) for r, _ in plan.decodes])
             f = proposal.features
             proposal.features = torch.cat([f[..., :1], hist[:, None, None].expand(f.shape[0], f.shape[1], 1)], -1)
         probs = self.estimator.predict(proposal.features)  # [B, K]
-        self._remember(plan, probs, n)
+        self._remember(plan, probs, n, depths)
         scores = survival(probs, n)
         prefill_tokens = sum(c for _, c in plan.prefills)
         base_tokens = len(plan.decodes) + prefill_tokens
@@ -346,23 +349,26 @@ class AdaptiveVerifier:
         lengths = choose_verify_lengths(scores, self.cost, len(plan.decodes) + len(plan.prefills), base_tokens,
                                         self._base_emitted(plan, base_tokens), self.overhead_s,
                                         prefill_tokens=prefill_tokens)
-        lengths = self._maybe_explore(lengths, n)
-        self.offered_positions += int(n.sum())
-        if bool((lengths < n).any()):
+        kept = torch.minimum(n, self._maybe_explore(lengths, n))
+        offered, verified = sum(depths), int(kept.sum())
+        self.offered_positions += offered
+        if verified < offered:
             # the step that runs is not the one the depth plan priced: its time, short of the verify rows
             # planned, would teach the plan's calibration that drafting is cheap, so it drafted more for the
             # trim to cut again (fp32 on an AVX2 CPU, trained draft, ShareGPT c=1: drafting steps' time ratio
             # 0.75; 122 positions drafted, 4 verified; 0.95x of no speculation)
             self._planned = None
-        proposal.num_drafts = torch.minimum(n, lengths)
-        self.verified_positions += int(proposal.num_drafts.sum())
+        proposal.num_drafts = kept
+        self.verified_positions += verified
 
     def _maybe_explore(self, lengths: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         """Every EXPLORE_EVERY trims that cut a draft (for an estimator that `explores`): the request with the
         most cut positions verifies its whole draft, so every position keeps being labelled. The choice
         depends only on the draft and its estimates, so the labels stay unbiased given the features."""
+        if not getattr(self.estimator, "explores", False):
+            return lengths
         cut = n - torch.minimum(n, lengths)  # [B]
-        if not getattr(self.estimator, "explores", False) or not bool(cut.any()):
+        if not bool(cut.any()):
             return lengths
         self._since_explore += 1
         if self._since_explore < EXPLORE_EVERY:
@@ -374,21 +380,21 @@ class AdaptiveVerifier:
         lengths[b] = n[b]
         return lengths
 
-    def _remember(self, plan: "ScheduledStep", probs: torch.Tensor, n: torch.Tensor) -> None:
+    def _remember(self, plan: "ScheduledStep", probs: torch.Tensor, n: torch.Tensor, depths: list[int]) -> None:
         """Move the running mean the next depth plan reads by this step's estimates (drafted positions only),
-        and note where each request that drafted stands (its catch-up)."""
-        self.drafted_positions += int(n.sum())
+        and note where each request that drafted stands (its catch-up). `depths` is `n` [B] as a list."""
+        self.drafted_positions += sum(depths)
         if self.draft_cost is None and self.capacity_planner is None:
             return  # free drafts (n-gram) on their own: no depth plan reads these (~0.1 ms per step at c=8)
         self._idle_key = None  # new estimates: the next depth plan is computed afresh
         K = probs.shape[1]
-        drafted = torch.arange(K)[None, :] < n[:, None]
-        if bool(drafted.any()):
-            mean = (probs * drafted).sum(0) / drafted.sum(0).clamp_min(1)
-            # a running mean over steps, not this step's batch mean (at c=1 that is the request itself)
-            self._prior = torch.where(drafted.any(0), self._prior + PRIOR_RATE * (mean - self._prior), self._prior)
+        drafted = (torch.arange(K)[None, :] < n[:, None]).float()  # [B, K]; some request drafted (trim)
+        count = drafted.sum(0)  # [K]
+        mean = (probs * drafted).sum(0) / count.clamp_min(1)
+        # a running mean over steps, not this step's batch mean (at c=1 that is the request itself)
+        self._prior = self._prior + PRIOR_RATE * (mean - self._prior) * (count > 0)
         self._step_catch_up = 0
-        for (req, _), depth in zip(plan.decodes, n.tolist()):
+        for (req, _), depth in zip(plan.decodes, depths):
             if depth > 0:
                 self._step_catch_up += self._catch_up.get(req.req_id, 0)
                 self._drafted_at[req.req_id] = (len(req.tokens), depth)

@@ -85,12 +85,11 @@ def plan_verify_lengths(
     The two scales are the caller's calibration of this time model against the steps it chose (see
     workers/plan_calibration.py); the plan returned reports its unscaled time."""
     B, K = scores.shape
-    none = torch.zeros(B, dtype=torch.long)
     if B == 0 or K == 0:
-        return VerifyPlan(none, 0.0)
+        return VerifyPlan(torch.zeros(B, dtype=torch.long), 0.0)
     # numpy inside: the arrays are tiny, and each torch op costs several microseconds more (the policy ran
     # ~1 ms per step at c=2, 2% of a 50 ms step)
-    flat = scores.detach().cpu().double().flatten().numpy()
+    flat = scores.detach().cpu().numpy().astype(np.float64).ravel()
     order = _ranked(flat, K)  # [n] every candidate position, best first
     n = len(order)
     if prefill_tokens > 0:  # the step without drafts, plus the drafts' rows as decode rows (see above)
@@ -99,7 +98,7 @@ def plan_verify_lengths(
     else:
         step_s = cost.lookup_array(num_requests, base_tokens + np.arange(n + 1)) + fixed_s  # by positions taken
     if n == 0:
-        return VerifyPlan(none, float(step_s[0]))
+        return VerifyPlan(torch.zeros(B, dtype=torch.long), float(step_s[0]))
     # every (catch-up limit, depth cap) at once: which ranked positions each may take  [L, C, n]
     depth = order % K + 1
     caps = np.arange(1, K + 1) if draft_step_s > 0 else np.array([K])
@@ -113,10 +112,12 @@ def plan_verify_lengths(
     tokens = base_emitted + (flat[order] * take).cumsum(-1)
     deepest = np.maximum.accumulate(depth * take, axis=-1)  # the longest verify among the positions taken
     seconds = step_s[count]
-    if cost.ragged and not prefill_tokens:  # unless every request verifies the same count, the step is ragged (see cost_table.py)
+    # unless every request verifies the same count, the step is ragged (see cost_table.py); never with one request
+    if cost.ragged and not prefill_tokens and B > 1:
         ragged = (count > 0) & (count < B * deepest)
         seconds = seconds + ragged * cost.ragged_array(num_requests, np.arange(K + 1))[deepest]
-        if cost.group_s > 0 and draft_step_s == 0 and own is None:  # the verify choice only (see the docstring)
+        # the verify choice only (see the docstring); two requests make at most the two groups the cells time
+        if cost.group_s > 0 and draft_step_s == 0 and own is None and B > 2:
             seconds = seconds + cost.group_s * np.maximum(_query_lengths(depth, take, B) - 2, 0)
     if draft_step_s > 0:  # every candidate here takes >= 1 position, so it pays the drafting host time
         seconds = seconds + draft_step_s * deepest + draft_host_s
@@ -125,7 +126,7 @@ def plan_verify_lengths(
     rate = np.where(take, tokens / np.maximum(seconds * spec_scale, 1e-12), -1.0).reshape(-1, n)  # [L * C, n]
     best = int(rate.argmax())
     if rate.flat[best] <= base_emitted / (step_s[0] * plain_scale):
-        return VerifyPlan(none, float(step_s[0]))
+        return VerifyPlan(torch.zeros(B, dtype=torch.long), float(step_s[0]))
     row, last = divmod(best, n)
     taken = order[: last + 1][take.reshape(-1, n)[row, : last + 1]]
     return VerifyPlan(torch.from_numpy(np.bincount(taken // K, minlength=B)).long(),

@@ -36,8 +36,8 @@ def test_labels_only_positions_that_were_verified_after_accepted_prefix():
     feats = torch.zeros(2, 3, 1)
     est.observe(feats, verified=torch.tensor([3, 1]), accepted=torch.tensor([1, 1]))
     # request 0: positions 1 (accepted) and 2 (rejected) labelled, 3 unseen; request 1: only position 1
-    assert [len(torch.cat(x)) if x else 0 for x in est._x] == [2, 1, 0]
-    assert torch.cat(est._y[1]).tolist() == [0.0]
+    assert [len(est.labelled(i)[0]) for i in range(3)] == [2, 1, 0]
+    assert est.labelled(1)[1].tolist() == [0.0]
 
 
 def test_ngram_table_learns_rates_by_match_length():
