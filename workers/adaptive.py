@@ -79,9 +79,9 @@ OBSERVE_BATCH = 8
 # request count), as their plans were wrong twice over and nothing corrected them (the plan's calibration
 # reads pure decode steps only). Measured at the trained draft, repetitive c=32 (0.95x of no speculation;
 # ad-hoc plan logs, not committed):
-# - survival: the plan drafts on last step's estimates shrunk to the batch mean; the trim re-prices the
-#   drafts with fresh ones against rows priced as decode rows, and at c=32 that bar (~0.3) is near the mean
-#   estimate, so the plan drafted most requests and the trim kept the upper half. Its plans there counted on
+# - survival: the plan drafted on last step's estimates shrunk to the batch mean (the mean alone now); the trim
+#   re-prices the drafts with fresh ones against rows priced as decode rows, and at c=32 that bar (~0.3) is near
+#   the mean estimate, so the plan drafted most requests and the trim kept the upper half. Its plans there counted on
 #   104.6 extra tokens and 54 were accepted (pure decode steps: 24.6 and 25). So each position's survival is
 #   scaled by accepted over the survival counted on for ALL it drafted, those the trim cut included.
 # - the drafter's time: its catch-ups, priced spread over the steps a request has left (CATCH_UP_HORIZON),
@@ -188,7 +188,7 @@ class AdaptiveVerifier:
         return cls(cost, est, draft_cost, calibrate=mode != "off", calibrate_survival=mode == "time+survival")
 
     def plan_depths(self, plan: "ScheduledStep") -> None:
-        """Before drafting: cap each request's draft depth where the previous step's estimates say deeper
+        """Before drafting: cap each request's draft depth where the running mean of the estimates says deeper
         positions will not be verified (drafting them would be pure cost). Free drafts (n-gram) keep k."""
         self._planned = self._planned_mixed = self._planned_drafting = None
         if not plan.decodes or (self.draft_cost is None and self.capacity_planner is None):

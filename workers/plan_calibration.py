@@ -1,7 +1,8 @@
 """How far the depth plan's cost model is from the steps it chose, measured online.
 
 The depth plan (a draft model's: drafting costs real time) compares drafting some positions with drafting
-none, from the warm-up tables, the host-time averages and the previous step's estimates. Each of those is
+none, from the warm-up tables, the host-time averages and the estimates (a running mean since 2026-12-03;
+these measurements read each request's previous ones). Each of those is
 refreshed on its own, yet their sum missed in both directions, by more than the margin the choice turns on
 (trained draft, c=2-4, one run each, not committed):
 - repetitive c=4: steps that drafted took 85.1 ms against 75.5 predicted, and emitted 1.00 extra token
@@ -12,8 +13,8 @@ refreshed on its own, yet their sum missed in both directions, by more than the 
   against 0.64: drafting ran at 38.4 tok/s, plain steps at 41.6.
 So the plan keeps, per request count, the ratio of observed to predicted time for the two kinds of step
 (a probe counts as drafting), and per draft position the ratio of drafts accepted to the survival it counted
-on (the previous step's estimates regress to the mean once the plan picks the requests whose estimates were
-high, and deeper positions compound the error). It scales its next choices by them. Predictions are kept
+on (then each request's previous estimates, which regress to the mean once the plan picks the requests whose
+estimates were high; deeper positions compound the error). It scales its next choices by them. Predictions are kept
 unscaled, so a ratio measures the model alone and the correction never feeds on itself. Until a kind of step
 has been seen CALIBRATION_MIN_STEPS times at a request count, it borrows the other kind's ratio (see
 `scales`); so does a plain-step ratio no plain step refreshed for PLAIN_STALE_STEPS drafting steps.
