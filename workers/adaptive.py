@@ -388,7 +388,7 @@ class AdaptiveVerifier:
             return  # free drafts (n-gram) on their own: no depth plan reads these (~0.1 ms per step at c=8)
         self._idle_key = None  # new estimates: the next depth plan is computed afresh
         K = probs.shape[1]
-        drafted = (torch.arange(K)[None, :] < n[:, None]).float()  # [B, K]; some request drafted (trim)
+        drafted = (torch.arange(K)[None, :] < n[:, None]).float()  # [B, K]; the trim calls this only if any is 1
         count = drafted.sum(0)  # [K]
         mean = (probs * drafted).sum(0) / count.clamp_min(1)
         # a running mean over steps, not this step's batch mean (at c=1 that is the request itself)

@@ -35,8 +35,9 @@ class LogisticEstimator:
         self.weights = torch.zeros(k, num_features + 1)  # last column: bias
         self.refits = 0
         # the labelled rows, one entry per observed step: (position [m], features [m, F], label [m]); kept
-        # together, not per position, so a step costs a few tensor ops whatever k (7 ops per position were
-        # ~0.1 ms of host time a step in the engine, where caches are cold after each forward)
+        # together, not per position, so a step costs a few tensor ops whatever k (appending position by
+        # position took ~4 ops each, and every small op is dear in the engine, where each call follows a
+        # forward that left the caches cold: docs/architecture.md, "The policy's host time is paid cold")
         self._rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self._since = 0
 
@@ -62,16 +63,24 @@ class LogisticEstimator:
 
     def labelled(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The rows labelled at `position`, oldest first (at most `max_rows`): features [m, F], labels [m]."""
+        return self._at(self._merged(), position)
+
+    def _merged(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every labelled row: positions [m], features [m, F], labels [m]."""
         if not self._rows:
-            return torch.zeros(0, self.f), torch.zeros(0)
-        pos, x, y = (torch.cat(t) for t in zip(*self._rows))
+            return torch.zeros(0, dtype=torch.long), torch.zeros(0, self.f), torch.zeros(0)
+        return tuple(torch.cat(t) for t in zip(*self._rows))
+
+    def _at(self, merged: tuple[torch.Tensor, torch.Tensor, torch.Tensor], position: int
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        pos, x, y = merged
         at = pos == position
         return x[at][-self.max_rows:], y[at][-self.max_rows:]
 
     def refit(self, iterations: int = 8) -> None:
-        kept = []
+        merged, kept = self._merged(), []
         for i in range(self.k):
-            x, y = self.labelled(i)
+            x, y = self._at(merged, i)
             if not len(x):
                 continue
             kept.append((torch.full((len(x),), i), x, y))
