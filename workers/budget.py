@@ -104,7 +104,7 @@ def plan_verify_lengths(
     caps = np.arange(1, K + 1) if draft_step_s > 0 else np.array([K])
     take = depth[None, None, :] <= caps[None, :, None]
     own = None
-    if request_s is not None:
+    if request_s is not None and bool((request_s > 0).any()):  # nothing to catch up on: as without it
         own = request_s.detach().cpu().double().numpy()[order // K]
         limits = np.array(_catch_up_limits(own))
         take = take & (own[None, :] <= limits[:, None])[:, None, :]
@@ -117,7 +117,7 @@ def plan_verify_lengths(
         ragged = (count > 0) & (count < B * deepest)
         seconds = seconds + ragged * cost.ragged_array(num_requests, np.arange(K + 1))[deepest]
         # the verify choice only (see the docstring); two requests make at most the two groups the cells time
-        if cost.group_s > 0 and draft_step_s == 0 and own is None and B > 2:
+        if cost.group_s > 0 and draft_step_s == 0 and request_s is None and B > 2:
             seconds = seconds + cost.group_s * np.maximum(_query_lengths(depth, take, B) - 2, 0)
     if draft_step_s > 0:  # every candidate here takes >= 1 position, so it pays the drafting host time
         seconds = seconds + draft_step_s * deepest + draft_host_s
