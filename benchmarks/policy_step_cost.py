@@ -11,7 +11,6 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
@@ -25,17 +24,13 @@ K = 7
 REQUESTS = (1, 2, 4, 8, 16, 32)
 
 
-@dataclass
-class _Req:
-    """What the verifier reads of a request (workers/request.py)."""
-    req_id: str
-    tokens: list[int]
-    max_tokens: int = 256
-    num_prompt: int = 100
+PROMPT = 100  # tokens of each request's prompt
+MAX_TOKENS = 256
 
-    @property
-    def num_output(self) -> int:
-        return len(self.tokens) - self.num_prompt
+
+def _req(req_id: str) -> SimpleNamespace:
+    """What the verifier reads of a request (workers/request.py): its id, tokens, and outputs allowed and made."""
+    return SimpleNamespace(req_id=req_id, tokens=[1] * PROMPT, max_tokens=MAX_TOKENS, num_output=0)
 
 
 def _tables() -> tuple[CostTable, CostTable]:
@@ -63,7 +58,7 @@ def _timed(spent: dict[str, float], name: str, evict: Callable[[], None], fn: Ca
     spent[name] = time.perf_counter() - t
 
 
-def _step(av: AdaptiveVerifier, reqs: list[_Req], gen: torch.Generator, evict: Callable[[], None]
+def _step(av: AdaptiveVerifier, reqs: list[SimpleNamespace], gen: torch.Generator, evict: Callable[[], None]
           ) -> dict[str, float]:
     """One step's verifier calls, each after `evict`; returns the seconds of each."""
     B = len(reqs)
@@ -80,9 +75,10 @@ def _step(av: AdaptiveVerifier, reqs: list[_Req], gen: torch.Generator, evict: C
     _timed(spent, "learn", evict, lambda: av.learn(proposal, verify, accepted))
     for r, a in zip(reqs, accepted):
         r.tokens.extend([1] * (1 + a))
+        r.num_output += 1 + a
         if r.num_output >= r.max_tokens:  # a new request takes its place
-            r.req_id, r.tokens = r.req_id + "'", [1] * r.num_prompt
             av.forget(r.req_id)
+            r.req_id, r.tokens, r.num_output = r.req_id + "'", [1] * PROMPT, 0
     tokens = B + sum(verified)
     fwd = av.cost.lookup(B, tokens)
     draft_s = int(depth.max()) * av.draft_cost.lookup(B, B) if int(depth.max()) else 0.0
@@ -101,7 +97,7 @@ def main() -> None:
         for mode, evict in modes.items():
             gen = torch.Generator().manual_seed(0)
             av = _verifier()
-            reqs = [_Req(f"r{i}", [1] * (100 + 7 * i)) for i in range(B)]
+            reqs = [_req(f"r{i}") for i in range(B)]
             times = [_step(av, reqs, gen, evict) for _ in range(args.steps)]
             tail = times[args.steps // 5:]  # past the calibration's first steps
             parts = "  ".join(f"{k} {statistics.median(t[k] for t in tail) * 1e3:.3f}" for k in tail[0])

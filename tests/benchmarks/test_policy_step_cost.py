@@ -6,12 +6,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from policy_step_cost import _Req, _step, _verifier  # noqa: E402
+from policy_step_cost import _req, _step, _verifier  # noqa: E402
 
 
 def test_a_step_times_each_call_and_the_policy_drafts_and_trims():
     av, gen = _verifier(), torch.Generator().manual_seed(0)
-    reqs = [_Req(f"r{i}", [1] * 100) for i in range(4)]
+    reqs = [_req(f"r{i}") for i in range(4)]
     steps = [_step(av, reqs, gen, lambda: None) for _ in range(30)]
     assert all(set(t) == {"plan", "trim", "learn", "observe"} and min(t.values()) > 0 for t in steps)
     assert 0 < av.verified_positions < av.drafted_positions  # drafts are made, and the trim cuts some
