@@ -22,8 +22,6 @@ from workers.scheduler import ScheduledStep
 
 K = 7
 REQUESTS = (1, 2, 4, 8, 16, 32)
-
-
 PROMPT = 100  # tokens of each request's prompt
 MAX_TOKENS = 256
 
