@@ -147,9 +147,7 @@ def _query_lengths(depth: np.ndarray, take: np.ndarray, B: int) -> np.ndarray:
 
 
 def _catch_up_limits(catch_up: np.ndarray) -> list[float]:
-    """Caps on the catch-up of requests allowed to draft: none, the catch-up quartiles, and 0."""
-    if not (catch_up > 0).any():
-        return [float("inf")]
+    """Caps on the catch-up of requests allowed to draft (some have one): none, the catch-up quartiles, and 0."""
     v = np.sort(catch_up)
     quartiles = {float(v[round(q * (len(v) - 1))]) for q in (0.75, 0.5, 0.25)}
     return [float("inf")] + sorted(quartiles | {0.0}, reverse=True)
