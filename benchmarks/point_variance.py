@@ -41,7 +41,7 @@ def quantiles(xs: list[float]) -> dict[str, float]:
 
 
 def analyse(samples: dict[str, list[float]], adaptive: str, placebo: str | None = None,
-            grid_repeat: int = GRID_REPEAT) -> dict:
+            grid_repeat: int = GRID_REPEAT, variants: tuple[str, ...] = ()) -> dict:
     """Per configuration: its tokens/s spread. Adaptive: its ratio to the best other configuration of the
     same cycle (and to no speculation), and the ratio a grid point would report (medians over `grid_repeat`
     cycles, each configuration its own median) for every choice of `grid_repeat` cycles. With a `placebo`
@@ -52,6 +52,8 @@ def analyse(samples: dict[str, list[float]], adaptive: str, placebo: str | None 
            "grid_repeat": grid_repeat, **against(samples, adaptive, fixed, grid_repeat)}
     if placebo is not None:
         out["placebo"] = {"copy_of": placebo.partition("#")[0], **against(samples, placebo, fixed, grid_repeat)}
+    if variants:
+        out["variants"] = {v: against(samples, v, fixed, grid_repeat) for v in variants}
     return out
 
 
@@ -95,6 +97,9 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=10)
     ap.add_argument("--fixed", default="2,4,7", help="fixed k to run (the grid runs 2,4,7)")
     ap.add_argument("--placebo", type=int, metavar="K", help="also run a second engine of fixed k=K (see above)")
+    ap.add_argument("--variant", action="append", default=[], metavar="MODE",
+                    help="also run this adaptive configuration (e.g. draft:7:adaptive:0.02, a draft margin of 2%%), "
+                         "read as adaptive is")
     ap.add_argument("--interleave", type=int, nargs="?", const=1, default=0, metavar="STEPS",
                     help="run a cycle's configurations together, step by step in turn (workers/closed_loop.py)")
     ap.add_argument("--max-tokens", type=int, default=48)
@@ -120,20 +125,21 @@ def main() -> None:
         out = None if args.misses else args.out
         run_point(method, workload, c, args.cycles, [int(k) for k in args.fixed.split(",")], args.max_tokens,
                   args.per_slot, Path(out or f"benchmarks/results/point_variance_{method}_{workload}_c{c}_cpu.json"),
-                  args.placebo, args.interleave, args.grid_repeat)
+                  args.placebo, args.interleave, args.grid_repeat, tuple(args.variant))
 
 
 def run_point(method: str, workload: str, c: int, cycles: int, fixed: list[int], max_tokens: int, per_slot: int,
-              out: Path, placebo_k: int | None = None, interleave: int = 0, grid_repeat: int = GRID_REPEAT) -> None:
+              out: Path, placebo_k: int | None = None, interleave: int = 0, grid_repeat: int = GRID_REPEAT,
+              variants: tuple[str, ...] = ()) -> None:
     adaptive = f"{method}:7:adaptive"
     placebo = f"{method}:{placebo_k}#placebo" if placebo_k else None
-    modes = ["off"] + [f"{method}:{k}" for k in fixed] + [adaptive] + ([placebo] if placebo else [])
+    modes = ["off"] + [f"{method}:{k}" for k in fixed] + [adaptive] + ([placebo] if placebo else []) + list(variants)
     rows = run_bench([workload], [c], modes, 7, max_tokens, [], per_slot, 0, "auto", None, repeat=cycles,
                      kv_cache_memory_gb=0.5, sustained=True, min_requests=8, interleave=interleave)
     samples = {m: r.samples_tokens_per_s for m, r in zip(modes, rows)}
     result = {"point": {"method": method, "workload": workload, "concurrency": c}, "cycles": cycles,
               "interleave": interleave, "max_tokens": max_tokens, "per_slot": per_slot, "samples_tokens_per_s": samples,
-              **analyse(samples, adaptive, placebo, grid_repeat)}
+              **analyse(samples, adaptive, placebo, grid_repeat, variants)}
     out.write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "samples_tokens_per_s"}, indent=1), flush=True)
 

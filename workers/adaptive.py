@@ -117,8 +117,9 @@ class CapacityPlanner(Protocol):
 class AdaptiveVerifier:
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
                  draft_cost: CostTable | None = None, calibrate: bool = False,
-                 calibrate_survival: bool = False) -> None:
+                 calibrate_survival: bool = False, draft_margin: float = 0.0) -> None:
         self.cost, self.estimator, self.draft_cost = cost, estimator, draft_cost
+        self.draft_margin = draft_margin  # the depth plan drafts only above (1 + this) x the plain rate
         self.calibrate = calibrate  # measure `calibration` and scale the depth plan's step times by it
         self.calibrate_survival = calibrate_survival  # with `calibrate`: its survival too, per position
         self.capacity_planner: CapacityPlanner | None = None
@@ -185,7 +186,8 @@ class AdaptiveVerifier:
             draft_cost.row_block = row_block
         est = NgramEstimator(k) if cfg.spec.method == "ngram" else LogisticEstimator(k, 3)
         mode = cfg.spec.calibrate_plan
-        return cls(cost, est, draft_cost, calibrate=mode != "off", calibrate_survival=mode == "time+survival")
+        return cls(cost, est, draft_cost, calibrate=mode != "off", calibrate_survival=mode == "time+survival",
+                   draft_margin=cfg.spec.draft_margin)
 
     def plan_depths(self, plan: "ScheduledStep") -> None:
         """Before drafting: cap each request's draft depth where the running mean of the estimates says deeper
@@ -226,6 +228,7 @@ class AdaptiveVerifier:
                                              B + prefill_tokens, self._base_emitted(plan, B + prefill_tokens),
                                              self.overhead_s, drafting * iteration_s,
                                              drafting * amortised, draft_host_s=self.draft_host_s,
+                                             margin=self.draft_margin,
                                              **(self.calibration.scales(row) if calibrated else {}))
                 caps = chosen.lengths
                 drafts = bool(caps.any())
