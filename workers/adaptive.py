@@ -237,6 +237,7 @@ class AdaptiveVerifier:
                                              self.overhead_s, drafting * iteration_s,
                                              drafting * amortised, draft_host_s=self.draft_host_s,
                                              margin=self.mixed_draft_margin if plan.prefills else 0.0,
+                                             decode_rows_floor=bool(plan.prefills),
                                              **(self.calibration.scales(row) if calibrated else {}))
                 caps = chosen.lengths
                 drafts = bool(caps.any())

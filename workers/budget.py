@@ -57,6 +57,7 @@ def plan_verify_lengths(
     plain_scale: float = 1.0,  # observed / predicted time of steps that take no position
     spec_scale: float = 1.0,  # the same for steps that take some
     margin: float = 0.0,  # take positions only if their rate beats the plain step's by more than this fraction
+    decode_rows_floor: bool = False,  # rows on the step's token curve cost at least what they do as decode rows
 ) -> VerifyPlan:
     """With `prefill_tokens` > 0 (a mixed step), verified rows are priced as rows of the B decoding requests
     alone (their marginal on the table's decode curve) and without the ragged cost: the chunks run as their
@@ -64,6 +65,12 @@ def plan_verify_lengths(
     on the decode curve priced each verified row at ~1.2 ms plus the ~15 ms ragged cost; measured at 16
     requests with a 256-token chunk (context 256), 15 x 1 + 1 x 2, 15 x 1 + 1 x 8 and 12 x 1 + 4 x 5 rows all
     cost what 16 x 1 does (369-373 ms), and 16 x 2 8 ms more.
+
+    The depth plan of such a step reads its rows on the step's token curve, as drafting there is not free
+    (see docs/architecture.md, "A step that also prefills"), with `decode_rows_floor` at no less than their
+    price as decode rows: on the curve alone, the rows that filled the chunk's last 32-row block were free, and
+    at ShareGPT c=32 the plan drafted ~20 requests in such steps, of which the verify choice kept 1-2 (at 31
+    decoding requests a second verified row opens a block).
 
     The group cost (`cost.group_s`) is read by the verify choice only: the depth plan's search is [limits, caps,
     positions] wide, and the verify choice that follows it prices the groups of whatever was drafted.
@@ -98,6 +105,8 @@ def plan_verify_lengths(
                   + cost.lookup_array(B, B + np.arange(n + 1)))
     else:
         step_s = cost.lookup_array(num_requests, base_tokens + np.arange(n + 1)) + fixed_s  # by positions taken
+        if decode_rows_floor:  # see the docstring
+            step_s = np.maximum(step_s, step_s[0] - cost.lookup(B, B) + cost.lookup_array(B, B + np.arange(n + 1)))
     if n == 0:
         return VerifyPlan(torch.zeros(B, dtype=torch.long), float(step_s[0]))
     # every (catch-up limit, depth cap) at once: which ranked positions each may take  [L, C, n]
