@@ -246,6 +246,20 @@ def test_a_step_that_also_prefills_prices_drafts_as_decode_rows_without_the_ragg
     assert choose_verify_lengths(one, table, 5, 4 + 128, worth, prefill_tokens=128).tolist() == [1, 0, 0, 0]
 
 
+def test_the_depth_plan_of_a_step_that_prefills_pays_at_least_the_decode_rows():
+    """A depth plan next to a prefill chunk reads its rows on the step's token curve; where that curve is flat
+    (the chunk's last row block has room), the rows still cost what they do as decode rows of the decoding
+    requests, so a doubtful position is not drafted for all of them."""
+    flat = {(5, t): 0.300 for t in (4, 64, 128, 256)}  # the chunk's step: flat over these rows
+    table = CostTable({(4, t): 0.040 + 0.004 * t for t in (4, 8, 16, 32)} | flat)
+    scores = survival(torch.full((4, 7), 0.3), torch.full((4,), 7))
+    worth = 4 * table.lookup(5, 4 + 128) / table.lookup(4, 4)
+    free = choose_verify_lengths(scores, table, 5, 4 + 128, worth, draft_step_s=0.001)
+    assert free.tolist() == [7] * 4
+    floored = choose_verify_lengths(scores, table, 5, 4 + 128, worth, draft_step_s=0.001, decode_rows_floor=True)
+    assert floored.sum() < free.sum()
+
+
 def test_cost_curve_is_made_monotone():
     t = CostTable({(1, 1): 0.040, (1, 2): 0.042, (1, 3): 0.048, (1, 5): 0.039, (1, 9): 0.042})
     curve = [t.lookup(1, n) for n in (1, 2, 3, 5, 9)]
