@@ -98,8 +98,7 @@ def main() -> None:
     ap.add_argument("--fixed", default="2,4,7", help="fixed k to run (the grid runs 2,4,7)")
     ap.add_argument("--placebo", type=int, metavar="K", help="also run a second engine of fixed k=K (see above)")
     ap.add_argument("--variant", action="append", default=[], metavar="MODE",
-                    help="also run this adaptive configuration (e.g. draft:7:adaptive:0, no margin in steps that "
-                         "also prefill: SpecConfig.mixed_draft_margin), "
+                    help="also run this configuration (e.g. draft:7:adaptive#copy, a second adaptive engine), "
                          "read as adaptive is")
     ap.add_argument("--interleave", type=int, nargs="?", const=1, default=0, metavar="STEPS",
                     help="run a cycle's configurations together, step by step in turn (workers/closed_loop.py)")

@@ -122,10 +122,8 @@ class CapacityPlanner(Protocol):
 class AdaptiveVerifier:
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
                  draft_cost: CostTable | None = None, calibrate: bool = False,
-                 calibrate_survival: bool = False, mixed_draft_margin: float = 0.0) -> None:
+                 calibrate_survival: bool = False) -> None:
         self.cost, self.estimator, self.draft_cost = cost, estimator, draft_cost
-        # steps that also prefill: the depth plan drafts only above (1 + this) x the plain rate ("Mixed steps")
-        self.mixed_draft_margin = mixed_draft_margin
         self.calibrate = calibrate  # measure `calibration` and scale the depth plan's step times by it
         self.calibrate_survival = calibrate_survival  # with `calibrate`: its survival too, per position
         self.capacity_planner: CapacityPlanner | None = None
@@ -194,8 +192,7 @@ class AdaptiveVerifier:
             draft_cost.row_block = row_block
         est = NgramEstimator(k) if cfg.spec.method == "ngram" else LogisticEstimator(k, 3)
         mode = cfg.spec.calibrate_plan
-        return cls(cost, est, draft_cost, calibrate=mode != "off", calibrate_survival=mode == "time+survival",
-                   mixed_draft_margin=cfg.spec.mixed_draft_margin)
+        return cls(cost, est, draft_cost, calibrate=mode != "off", calibrate_survival=mode == "time+survival")
 
     def plan_depths(self, plan: "ScheduledStep") -> None:
         """Before drafting: cap each request's draft depth where the running mean of the estimates says deeper
@@ -236,7 +233,6 @@ class AdaptiveVerifier:
                                              B + prefill_tokens, self._base_emitted(plan, B + prefill_tokens),
                                              self.overhead_s, drafting * iteration_s,
                                              drafting * amortised, draft_host_s=self.draft_host_s,
-                                             margin=self.mixed_draft_margin if plan.prefills else 0.0,
                                              decode_rows_floor=bool(plan.prefills),
                                              **(self.calibration.scales(row) if calibrated else {}))
                 caps = chosen.lengths

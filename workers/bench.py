@@ -118,14 +118,12 @@ def run_hf(model, tok, prompts: list[list[int]], concurrency: int, max_tokens: i
 
 
 def _spec(mode: str, default_k: int) -> SpecConfig:
-    """'off', 'ngram', 'ngram:8', 'ngram:8:adaptive', 'draft:7:adaptive:0' (method[:k[:verify[:mixed draft margin]]]).
-    A suffix '#name' ('ngram:7#copy') asks for another engine of the same configuration (a placebo: how far two
-    identical engines read apart)."""
-    method, k, verify, margin = (mode.partition("#")[0].split(":") + ["", "", ""])[:4]
+    """'off', 'ngram', 'ngram:8', 'ngram:8:adaptive' (method[:k[:verify]]). A suffix '#name' ('ngram:7#copy')
+    asks for another engine of the same configuration (a placebo: how far two identical engines read apart)."""
+    method, k, verify = (mode.partition("#")[0].split(":") + ["", ""])[:3]
     if method == "off":
         return SpecConfig()
-    return SpecConfig(method=method, k=int(k) if k else default_k, verify=verify or "fixed",
-                      **({"mixed_draft_margin": float(margin)} if margin else {}))
+    return SpecConfig(method=method, k=int(k) if k else default_k, verify=verify or "fixed")
 
 
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,

@@ -56,7 +56,6 @@ def plan_verify_lengths(
     draft_host_s: float = 0.0,  # with draft_step_s: host seconds a step adds if anyone drafts
     plain_scale: float = 1.0,  # observed / predicted time of steps that take no position
     spec_scale: float = 1.0,  # the same for steps that take some
-    margin: float = 0.0,  # take positions only if their rate beats the plain step's by more than this fraction
     decode_rows_floor: bool = False,  # rows on the step's token curve cost at least what they do as decode rows
 ) -> VerifyPlan:
     """With `prefill_tokens` > 0 (a mixed step), verified rows are priced as rows of the B decoding requests
@@ -135,7 +134,7 @@ def plan_verify_lengths(
         seconds = seconds + (own * (order % K == 0) * take).cumsum(-1)
     rate = np.where(take, tokens / np.maximum(seconds * spec_scale, 1e-12), -1.0).reshape(-1, n)  # [L * C, n]
     best = int(rate.argmax())
-    if rate.flat[best] <= (1.0 + margin) * base_emitted / (step_s[0] * plain_scale):
+    if rate.flat[best] <= base_emitted / (step_s[0] * plain_scale):
         return VerifyPlan(torch.zeros(B, dtype=torch.long), float(step_s[0]))
     row, last = divmod(best, n)
     taken = order[: last + 1][take.reshape(-1, n)[row, : last + 1]]

@@ -85,12 +85,6 @@ class SpecConfig(BaseModel):
         "and each position's survival; time+survival: also each position's survival in pure decode steps; "
         "off: none of these. true/false read as time+survival/off. See docs/performance.md for the A/Bs "
         "behind the default.")
-    mixed_draft_margin: float = Field(
-        0.0, ge=0.0, le=1.0, description="Adaptive, draft model: in steps that also prefill, the depth plan "
-        "drafts only where its predicted tokens per second beat not drafting by more than this fraction. Its "
-        "predicted gains there were ~2% and at c=32 it counted on 3x the drafts it got; 0 drafts wherever the "
-        "plan predicts any gain. See docs/performance.md, 'Drafting next to a prefill'.")
-
     @field_validator("calibrate_plan", mode="before")
     @classmethod
     def _calibrate_plan_bool(cls, v: object) -> object:  # the switch was a bool before the time-only mode

@@ -305,16 +305,6 @@ def test_a_plan_reports_its_unscaled_time_and_the_time_scales_move_the_choice():
     assert plan_verify_lengths(scores, table, 4, 4, 4.0, draft_step_s=0.01, spec_scale=0.9).lengths.sum() >= 4
 
 
-def test_a_draft_margin_keeps_a_plan_that_gains_less_than_it_idle():
-    """The marginal draft above gains 11% over not drafting: a 5% margin still drafts it, a 15% one does not;
-    the verify choice (margin 0 by default) is unchanged."""
-    scores = survival(torch.tensor([[0.3] + [0.2] * 6] * 4), torch.full((4,), 7))
-    table = _table(1e-4, fixed_s=0.06)
-    assert choose_verify_lengths(scores, table, 4, 4, 4.0, draft_step_s=0.01, margin=0.05).tolist() == [1] * 4
-    idle = plan_verify_lengths(scores, table, 4, 4, 4.0, draft_step_s=0.01, margin=0.15)
-    assert idle.lengths.tolist() == [0] * 4 and idle.seconds == table.lookup(4, 4)
-
-
 def test_a_long_catch_up_keeps_that_request_from_drafting_not_the_others():
     """The most confident request ranks first; if its first draft must feed a whole prompt (catch-up) it
     stays out, and the cheap requests ranked after it still draft."""
