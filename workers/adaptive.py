@@ -216,7 +216,8 @@ class AdaptiveVerifier:
             extra = torch.tensor(rows)  # [B] rows beyond the usual 1
             self._catch_up = {r.req_id: e for r, e in zip(reqs, rows)}
             # a plan that drafted nothing changes no estimate, and the catch-ups only grow: until the batch
-            # changes, the same plan holds (re-checked every PROBE_EVERY plans as the cost tables refresh).
+            # changes (`_idle_matches`), the same plan holds (re-checked every PROBE_EVERY plans as the cost
+            # tables refresh).
             # The plan was ~0.4 ms of a 43 ms step at c=1, where the trained draft pays nowhere.
             prefill_tokens = sum(c for _, c in plan.prefills)
             horizon = self._catch_up_horizon(reqs, scores)  # [B]
@@ -419,8 +420,8 @@ class AdaptiveVerifier:
         drafted = (torch.arange(K)[None, :] < n[:, None]).float()  # [B, K]; the trim calls this only if any is 1
         count = drafted.sum(0)  # [K]
         mean = (probs * drafted).sum(0) / count.clamp_min(1)
-        # a running mean over steps, not this step's batch mean (at c=1 that is the request itself)
-        # a running mean over drafted positions, not steps: a step's weight grows with what it drafted
+        # a running mean, not this step's batch mean (at c=1 that is the request itself), over drafted positions
+        # rather than steps: a step's weight grows with what it drafted (PRIOR_RATE)
         weight = 1.0 - (1.0 - PRIOR_RATE) ** count  # [K]; 0 where nothing was drafted
         self._prior = self._prior + weight * (mean - self._prior)
         self._step_catch_up = 0

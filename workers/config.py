@@ -85,6 +85,7 @@ class SpecConfig(BaseModel):
         "and each position's survival; time+survival: also each position's survival in pure decode steps; "
         "off: none of these. true/false read as time+survival/off. See docs/performance.md for the A/Bs "
         "behind the default.")
+
     @field_validator("calibrate_plan", mode="before")
     @classmethod
     def _calibrate_plan_bool(cls, v: object) -> object:  # the switch was a bool before the time-only mode
