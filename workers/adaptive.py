@@ -142,9 +142,7 @@ class AdaptiveVerifier:
         self._catch_up: dict[str, int] = {}  # req_id -> rows its next draft first feeds (this step's plan)
         self._step_catch_up = 0  # extra catch-up rows of the requests that drafted this step
         self._catch_up_scale = 1.0  # observed / warm-up cost of catch-up rows
-        # the batch whose last depth plan drafted nothing: (its request ids, their count, whether the step
-        # prefilled, the least catch-up rows per horizon step among them, the planned survival summed)
-        self._idle_key: tuple | None = None
+        self._idle_key: tuple | None = None  # the batch whose last depth plan drafted nothing
         self._idle_plans = 0  # plans since that one was computed
         self._since_explore = 0  # trims that cut a draft since the last full-draft verification
         self.explored_positions = 0
@@ -216,18 +214,17 @@ class AdaptiveVerifier:
             extra = torch.tensor(rows)  # [B] rows beyond the usual 1
             self._catch_up = {r.req_id: e for r, e in zip(reqs, rows)}
             # a plan that drafted nothing changes no estimate, and the catch-ups only grow: until the batch
-            # changes (`_idle_matches`), the same plan holds (re-checked every PROBE_EVERY plans as the cost
-            # tables refresh).
+            # changes, the same plan holds (re-checked every PROBE_EVERY plans as the cost tables refresh).
             # The plan was ~0.4 ms of a 43 ms step at c=1, where the trained draft pays nowhere.
+            key = (tuple(r.req_id for r in reqs), bool(plan.prefills))
             prefill_tokens = sum(c for _, c in plan.prefills)
-            horizon = self._catch_up_horizon(reqs, scores)  # [B]
-            if self._idle_matches(reqs, plan) and self._idle_plans < PROBE_EVERY:  # only a probe gets here
+            if key == self._idle_key and self._idle_plans < PROBE_EVERY:  # only a probe gets here
                 caps, self._idle_plans = torch.zeros_like(n), self._idle_plans + 1
             else:
                 # survival scaled per position by what drafts delivered (non-increasing still: a prefix)
                 rated = self._rated(scores, row, mixed=bool(plan.prefills), calibrated=calibrated)
                 catch_up_s = self._catch_up_row_s(B) * extra  # [B]
-                amortised = catch_up_s / horizon
+                amortised = catch_up_s / self._catch_up_horizon(reqs, scores)
                 iteration_s = self.draft_cost.lookup(B, B)
                 drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
                 chosen = plan_verify_lengths(rated, self.cost, B + len(plan.prefills),
@@ -244,9 +241,7 @@ class AdaptiveVerifier:
                 gauged = self.calibrate and bool(plan.prefills) and drafts  # "Mixed steps" above
                 if gauged:  # the drafter's seconds as priced, unscaled
                     self._planned_drafting = (row, float(caps.max() * iteration_s + (amortised * (caps > 0)).sum()))
-                self._idle_key = None if drafts else (frozenset(r.req_id for r in reqs), B, bool(plan.prefills),
-                                                      float((extra / horizon).min()), float(scores[0].sum()))
-                self._idle_plans = 0
+                self._idle_key, self._idle_plans = (None if drafts else key), 0
             # a probe's estimates reset the idle plan (`_remember`)
             probe = self._maybe_probe(caps, n, extra, (B + len(plan.prefills), B + prefill_tokens))
             if calibrated and probe is not caps:  # priced as the plain step, one draft iteration, its catch-up, one row
@@ -280,29 +275,11 @@ class AdaptiveVerifier:
         if (self.capacity_planner is not None or self._idle_key is None or self._idle_plans >= PROBE_EVERY
                 or self._probe_due(self._since_probe + 1)):
             return False
-        if not self._idle_matches(reqs, plan):
+        if self._idle_key != (tuple(r.req_id for r in reqs), bool(plan.prefills)):
             return False
         self._idle_plans += 1
         self._since_probe += 1
         self._catch_up, self._step_catch_up = {}, 0
-        return True
-
-    def _idle_matches(self, reqs: list, plan: "ScheduledStep") -> bool:
-        """The idle plan's batch, or one like it: as many requests, prefilling alike, and any request new to it
-        no cheaper to draft than the cheapest was (its catch-up rows per step of its horizon; the estimates,
-        the running mean, are the same for all). Its requests' catch-ups only grow while nothing drafts, so
-        the plan would draft nothing again. Keyed on the exact requests, the plan was recomputed nearly every
-        step at c=32, where a request ends every ~1.5 steps (~0.5 ms a step of host time)."""
-        key = self._idle_key
-        if key is None or key[1] != len(reqs) or key[2] != bool(plan.prefills):
-            return False
-        ids, _, _, floor, survival_sum = key
-        for r in reqs:
-            if r.req_id not in ids:
-                left = max(r.max_tokens - r.num_output, 1)
-                horizon = min(max(left / (1.0 + survival_sum), 1.0), CATCH_UP_HORIZON)
-                if (self._catch_up_rows(r) - 1) / horizon < floor:
-                    return False
         return True
 
     def _maybe_probe(self, caps: torch.Tensor, n: torch.Tensor, extra: torch.Tensor,

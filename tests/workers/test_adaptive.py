@@ -307,8 +307,8 @@ def test_a_calibrated_depth_plan_stops_drafting_when_its_drafts_are_accepted_les
     gain = av.calibration.gain(1, 7)
     assert gain[0] == GAIN_BOUNDS[0] and bool((gain[1:] == 1).all())  # positions never verified: no news
     av.calibrate = False  # calibrate_plan="off": neither measured nor applied
-    av._idle_key = None  # planned afresh, not the idle plan computed with the switch on
-    plan = ScheduledStep(decodes=[(req, 7)])
+    other = _Req(req_id="r2", tokens=[1] * 20)  # a new batch: planned afresh, not the idle plan
+    plan = ScheduledStep(decodes=[(other, 7)])
     av.plan_depths(plan)
     assert plan.decodes[0][1] == 1
 
@@ -413,25 +413,6 @@ def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
         assert len(calls) == 1
         other = _Req(req_id="o", tokens=[1] * 20)
         av.plan_depths(ScheduledStep(decodes=[(req, 7), (other, 7)]))
-        assert len(calls) == 2
-    finally:
-        adaptive_module.plan_verify_lengths = real
-
-
-def test_an_idle_plan_holds_for_a_new_request_no_cheaper_to_draft():
-    """A batch of the same size whose new request has more to catch up on (per step of its horizon) than the
-    idle batch's cheapest keeps the idle plan (at c=32 a request ends every ~1.5 steps), as does one near its
-    end (its catch-up spread over fewer steps); a cheaper one is planned afresh."""
-    av, req = _verifier(prior=0.01)
-    calls = []
-    real = adaptive_module.plan_verify_lengths
-    adaptive_module.plan_verify_lengths = lambda *a, **kw: calls.append(1) or real(*a, **kw)
-    try:
-        assert _depth(av, req) == 0 and len(calls) == 1  # 19 rows to catch up over 16 steps
-        assert _depth(av, _Req(req_id="long", tokens=[1] * 200)) == 0 and len(calls) == 1
-        _depth(av, _Req(req_id="near-end", tokens=[1] * 200, max_tokens=190))  # 199 rows over 1 step: dearer
-        assert len(calls) == 1
-        _depth(av, _Req(req_id="short", tokens=[1] * 5))  # 4 rows over 16 steps: cheaper
         assert len(calls) == 2
     finally:
         adaptive_module.plan_verify_lengths = real
