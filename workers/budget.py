@@ -99,13 +99,15 @@ def plan_verify_lengths(
     flat = scores.detach().cpu().numpy().astype(np.float64).ravel()
     order = _ranked(flat, K)  # [n] every candidate position, best first
     n = len(order)
-    if prefill_tokens > 0:  # the step without drafts, plus the drafts' rows as decode rows (see above)
-        step_s = (cost.lookup(num_requests, base_tokens) + fixed_s - cost.lookup(B, B)
-                  + cost.lookup_array(B, B + np.arange(n + 1)))
+    if prefill_tokens > 0 or decode_rows_floor:  # the step without drafts, plus the drafts' rows as decode rows
+        as_decode = (cost.lookup(num_requests, base_tokens) + fixed_s - cost.lookup(B, B)
+                     + cost.lookup_array(B, B + np.arange(n + 1)))
+    if prefill_tokens > 0:  # (see above)
+        step_s = as_decode
     else:
         step_s = cost.lookup_array(num_requests, base_tokens + np.arange(n + 1)) + fixed_s  # by positions taken
         if decode_rows_floor:  # see the docstring
-            step_s = np.maximum(step_s, step_s[0] - cost.lookup(B, B) + cost.lookup_array(B, B + np.arange(n + 1)))
+            step_s = np.maximum(step_s, as_decode)
     if n == 0:
         return VerifyPlan(torch.zeros(B, dtype=torch.long), float(step_s[0]))
     # every (catch-up limit, depth cap) at once: which ranked positions each may take  [L, C, n]
