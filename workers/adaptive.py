@@ -41,9 +41,17 @@ PROFILE_CONTEXT = 256  # context length of the warm-up steps
 # drafts on its own resets it. A wait counted in plans (8 doubling to 64) let probes cost 1-1.6% of the time
 # where no draft pays (trained draft, ShareGPT, c=1: a probe first feeds the whole prompt, ~27 ms of a 41 ms
 # step, 0.4-0.67 ms per step in all); a probe now costs at most ~0.4% of the time there.
+# A probe's drafting is priced from its tables and then scaled by what probes cost: their drafter seconds and
+# the host seconds their step took over the running overhead, against that price (PROBE_SCALE_RATE, a running
+# mean). Priced from the tables alone (one iteration of one request, its catch-up rows at the batch's row
+# slope), probes at trained draft, repetitive c=32 were priced ~4.2 ms and took 4.5-7.8 ms of drafting and ~1 ms
+# of host time (ad-hoc probe log, not committed): 22 probes in 208 steps cost ~0.8% of the time, where
+# PROBE_SHARE_MIN meant 0.4%.
 PROBE_EVERY = 8
 PROBE_SHARE = 1 / 8
-PROBE_SHARE_MIN = 1 / 256
+PROBE_SHARE_MIN = 1 / 512
+PROBE_SCALE_RATE = 0.25
+PROBE_SCALE_BOUNDS = (0.5, 8.0)
 # Every this many trims that cut a draft, the request with the most cut positions verifies its whole draft
 # (estimators that `explore`: the n-gram table). Positions rated low are otherwise never verified, so never
 # relabelled (the one label source the n-gram table lacks, having no warm-up). Not shown to matter alone: with
@@ -138,6 +146,8 @@ class AdaptiveVerifier:
         self._since_probe_s = 0.0  # the engine's seconds since then (observed step times)
         self._probe_share = PROBE_SHARE  # of that time, what the next probe may cost
         self._probe_cost_s = 0.0  # the next probe's predicted cost, as last computed
+        self._probe_scale = 1.0  # what probes' drafting and host time took over its price (PROBE_SCALE_RATE)
+        self._probe_priced: float | None = None  # the drafting price of a probe in this step, until observed
         self._drafted_at: dict[str, tuple[int, int]] = {}  # req_id -> (its tokens, depth) at its last draft
         self._catch_up: dict[str, int] = {}  # req_id -> rows its next draft first feeds (this step's plan)
         self._step_catch_up = 0  # extra catch-up rows of the requests that drafted this step
@@ -195,7 +205,7 @@ class AdaptiveVerifier:
     def plan_depths(self, plan: "ScheduledStep") -> None:
         """Before drafting: cap each request's draft depth where the running mean of the estimates says deeper
         positions will not be verified (drafting them would be pure cost). Free drafts (n-gram) keep k."""
-        self._planned = self._planned_mixed = self._planned_drafting = None
+        self._planned = self._planned_mixed = self._planned_drafting = self._probe_priced = None
         if not plan.decodes or (self.draft_cost is None and self.capacity_planner is None):
             return
         reqs = [r for r, _ in plan.decodes]
@@ -296,9 +306,11 @@ class AdaptiveVerifier:
             return caps
         b = int(torch.where(idle, extra, torch.iinfo(extra.dtype).max).argmin())
         verify_row_s = max(self.cost.lookup(step[0], step[1] + 1) - self.cost.lookup(*step), 0.0)
-        self._probe_cost_s = self.draft_cost.lookup(1, 1) + self._catch_up_row_s(len(n)) * int(extra[b]) + verify_row_s
+        drafting_s = self.draft_cost.lookup(1, 1) + self._catch_up_row_s(len(n)) * int(extra[b])
+        self._probe_cost_s = self._probe_scale * drafting_s + verify_row_s
         if not self._probe_due(self._since_probe):
             return caps
+        self._probe_priced = drafting_s
         self._since_probe, self._since_probe_s = 0, 0.0
         self._probe_share = max(self._probe_share / 2, PROBE_SHARE_MIN)
         caps = caps.clone()
@@ -448,6 +460,11 @@ class AdaptiveVerifier:
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
             self._observe_draft(draft_s, draft_requests, draft_depth)
         host_s = max(0.0, wall_s - forward_s - draft_s)
+        if self._probe_priced is not None and draft_depth > 0:  # a probe ran: its drafter and extra host time
+            ratio = (draft_s + max(0.0, host_s - self.overhead_s)) / max(self._probe_priced, 1e-12)
+            ratio = min(max(ratio, PROBE_SCALE_BOUNDS[0]), PROBE_SCALE_BOUNDS[1])
+            self._probe_scale += PROBE_SCALE_RATE * (ratio - self._probe_scale)
+        self._probe_priced = None
         self.overhead_s += 0.1 * (host_s - self.overhead_s)
         if pure_decode:
             drafted = draft_depth > 0 and draft_requests > 0
