@@ -210,7 +210,10 @@ class LLMEngine:
         return self._collect_outputs()
 
     def _propose(self, decodes: list[tuple[Request, int]]) -> Proposal | None:
-        if self.proposer is None or not decodes:
+        """None when no request may draft: the proposer is not called (its copies of the requests' tokens
+        catch up by the larger delta next time), which an adaptive engine planning no drafts at c=32 paid
+        ~0.1 ms a step for."""
+        if self.proposer is None or not any(d for _, d in decodes):
             return None
         batch = []
         for req, max_drafts in decodes:
