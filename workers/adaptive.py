@@ -120,9 +120,16 @@ OBSERVE_BATCH = 8
 # process, 2 cycles; docs/performance.md).
 LEVEL_RATE = 0.25
 LEVEL_BOUNDS = (0.25, 4.0)
+# A depth plan that drafts, in a pure decode step, is applied again to the same batch for up to PROBE_EVERY - 1
+# more plans while the running mean of the estimates stays within this of what it read (each drafting step
+# moves it: ~0.01-0.015 a position at c=1). At c=1, where the batch changes only between requests, the plan was
+# computed every step a request drafted: ~0.5 ms of a ~40 ms step (perf_counter in the engine, ad-hoc), where
+# fixed k pays nothing; adaptive's steps drafting depth 1 there ran ~3% under fixed k=1's at the same depth.
+PLAN_HOLD_DRIFT = 0.05
 # The trim verifies every drafted position without searching when those rows cost no more than its search does
-# (its host time, a running mean at this rate): the search cannot save more than the rows. At c=1 a verified row
-# costs ~0.2 ms and the search ~0.2 ms (numpy ops paid cold after the draft), ~0.5% of a 38 ms step.
+# (its host time, a running mean at this rate): the search cannot save more than the rows. It took ~0.2 ms (numpy
+# ops paid cold after the draft); rows in a row block the step computes anyway (2 requests x 1 draft: the bf16
+# table prices 2, 3 and 4 tokens at 2 requests alike) cost nothing.
 TRIM_SEARCH_RATE = 0.1
 
 
@@ -160,6 +167,9 @@ class AdaptiveVerifier:
         self._catch_up_scale = 1.0  # observed / warm-up cost of catch-up rows
         self._idle_key: tuple | None = None  # the batch whose last depth plan drafted nothing
         self._idle_plans = 0  # plans since that one was computed
+        # the last depth plan of a pure decode step, if it drafted: (its key, caps [B], `_planned`, the running
+        # mean it read, plans it was reused for); see PLAN_HOLD_DRIFT
+        self._held: tuple | None = None
         self._since_explore = 0  # trims that cut a draft since the last full-draft verification
         self._search_s = 0.0  # the trim's search time (TRIM_SEARCH_RATE)
         self.explored_positions = 0
@@ -219,6 +229,8 @@ class AdaptiveVerifier:
         if self._idle_plan_holds(reqs, plan):  # before any tensor is built: ~0.4 ms of a 41 ms step at c=1
             plan.decodes = [(r, 0) for r in reqs]
             return
+        if self._drafting_plan_holds(reqs, plan):
+            return
         n = torch.tensor([d for _, d in plan.decodes])
         scores = survival(self._prior.expand(len(reqs), -1), n)  # the running mean for all (see `_prior`)
         caps, gauged = n, False
@@ -259,6 +271,7 @@ class AdaptiveVerifier:
                 if gauged:  # the drafter's seconds as priced, unscaled
                     self._planned_drafting = (row, float(caps.max() * iteration_s + (amortised * (caps > 0)).sum()))
                 self._idle_key, self._idle_plans = (None if drafts else key), 0
+                self._held = (key, caps, self._planned, self._prior, 0) if drafts and not plan.prefills else None
             # a probe's estimates reset the idle plan (`_remember`)
             probe = self._maybe_probe(caps, [d for _, d in plan.decodes], rows, (B + len(plan.prefills),
                                                                                   B + prefill_tokens))
@@ -298,6 +311,24 @@ class AdaptiveVerifier:
         self._idle_plans += 1
         self._since_probe += 1
         self._catch_up, self._step_catch_up = {}, 0
+        return True
+
+    def _drafting_plan_holds(self, reqs: list, plan: "ScheduledStep") -> bool:
+        """A pure decode step of the batch whose last depth plan drafted, fewer than PROBE_EVERY plans ago, with
+        the running mean within PLAN_HOLD_DRIFT of what that plan read: apply that plan again (each request's
+        depth capped by what it may draft now) instead of computing it."""
+        held = self._held
+        if (held is None or plan.prefills or self.capacity_planner is not None or held[4] >= PROBE_EVERY - 1
+                or held[0][0] != tuple(r.req_id for r in reqs)
+                or float((self._prior - held[3]).abs().max()) > PLAN_HOLD_DRIFT):
+            return False
+        key, caps, planned, prior, count = held
+        self._held = (key, caps, planned, prior, count + 1)
+        rows = [self._catch_up_rows(r) - 1 for r in reqs]
+        self._catch_up, self._step_catch_up = {r.req_id: e for r, e in zip(reqs, rows)}, 0
+        self._planned = planned
+        self._since_probe, self._since_probe_s, self._probe_share = 0, 0.0, PROBE_SHARE  # as a drafting plan does
+        plan.decodes = [(r, min(d, c)) for (r, d), c in zip(plan.decodes, caps.tolist())]
         return True
 
     def _maybe_probe(self, caps: torch.Tensor, n: list[int], extra: list[int],

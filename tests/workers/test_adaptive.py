@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import workers.adaptive as adaptive_module
-from workers.adaptive import (EXPLORE_EVERY, OBSERVE_BATCH, PROBE_EVERY, PROBE_SHARE, PROBE_SHARE_MIN,
-                              AdaptiveVerifier)
+from workers.adaptive import (EXPLORE_EVERY, OBSERVE_BATCH, PROBE_EVERY, PROBE_SCALE_RATE, PROBE_SHARE,
+                              PROBE_SHARE_MIN, AdaptiveVerifier)
 from workers.cost_table import CostTable
 from workers.estimators import LogisticEstimator, NgramEstimator
 from workers.plan_calibration import CALIBRATION_MIN_STEPS, GAIN_BOUNDS
@@ -98,6 +98,49 @@ def test_a_probe_that_first_feeds_a_long_prompt_waits_longer():
         cost = 0.0045 + 0.0002 * (tokens - 1) + TARGET.lookup(1, 2) - TARGET.lookup(1, 1)
         assert gaps[tokens] == math.ceil(cost / PROBE_SHARE_MIN / STEP_S)
     assert gaps[2000] > 40 * gaps[20]
+
+
+def test_probes_are_priced_at_what_probes_took():
+    """A probe whose drafting and extra host time take three times its table price moves the price by
+    PROBE_SCALE_RATE of the gap; probes that keep doing so are priced at ~3x, so they come ~3x as seldom."""
+    av, req = _verifier(prior=0.01)
+    row_s = TARGET.lookup(1, 2) - TARGET.lookup(1, 1)
+    scales = []
+    for _ in range(3000):
+        plan = ScheduledStep(decodes=[(req, 7)])
+        av.plan_depths(plan)
+        if plan.decodes[0][1]:  # a probe: its drafter took 2x the price, the host 1x more
+            priced = av._probe_priced
+            # (no draft_requests: the shared DRAFT table is not refreshed by it)
+            av.observe_step(STEP_S + 3 * priced, STEP_S, 2 * priced, 1, 2, False, 0, 1)
+            scales.append(av._probe_scale)
+        else:
+            av.observe_step(STEP_S, STEP_S, 0.0, 1, 1, False)
+    assert abs(scales[0] - (1 + PROBE_SCALE_RATE * 2)) < 1e-9
+    assert len(scales) >= 10 and abs(scales[-1] - 3.0) < 0.1
+    assert abs(av._probe_cost_s - (scales[-1] * DRAFT.lookup(1, 1) + row_s)) < 1e-9
+
+
+def test_the_trim_verifies_free_rows_without_searching(monkeypatch):
+    """Two requests whose drafted rows fall in a row block the step computes anyway: the trim cannot save
+    anything, so it verifies every drafted position without running its search (once the search's time is
+    known); where the rows cost more than the search, it searches and cuts the doubtful position."""
+    flat = CostTable({(2, t): 0.040 for t in (2, 4, 8)})
+    sloped = CostTable({(2, t): 0.040 + 0.004 * t for t in (2, 4, 8)})
+    calls = []
+    real = adaptive_module.choose_verify_lengths
+    monkeypatch.setattr(adaptive_module, "choose_verify_lengths", lambda *a, **k: calls.append(1) or real(*a, **k))
+    reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(2)]
+    for table, searched, kept in ((flat, 0, [1, 1]), (sloped, 1, [1, 0])):
+        calls.clear()
+        est = LogisticEstimator(7, 3)
+        est.refits = est.warmup_refits
+        est.predict = lambda f: torch.tensor([[0.9] * 7, [0.01] * 7])
+        av = AdaptiveVerifier(table, est, DRAFT)
+        av._search_s = 1e-4
+        proposal = SimpleNamespace(features=torch.zeros(2, 7, 3), num_drafts=torch.tensor([1, 1]))
+        av.trim(proposal, ScheduledStep(decodes=[(r, 1) for r in reqs]))
+        assert len(calls) == searched and proposal.num_drafts.tolist() == kept
 
 
 def test_a_plan_that_drafts_resets_the_probe_share():

@@ -319,6 +319,73 @@ def test_a_long_catch_up_keeps_that_request_from_drafting_not_the_others():
     assert torch.equal(same, free)
 
 
+def test_the_bound_that_skips_the_depth_plans_search_changes_no_plan(monkeypatch):
+    """Where drafting cannot pay by the bound (budget._drafting_cannot_pay), the search would have drafted
+    nothing too: random batches, tables, draft prices, catch-ups and steps that prefill plan the same with and
+    without it, and the bound decides a good share of them alone."""
+    import workers.budget as budget
+    gen = torch.Generator().manual_seed(0)
+    cases, decided = [], 0
+    for _ in range(300):
+        B = int(torch.randint(1, 9, (1,), generator=gen))
+        scores = survival(torch.rand(B, 7, generator=gen) ** 2, torch.randint(0, 8, (B,), generator=gen))
+        fixed = float(torch.rand(1, generator=gen)) * 0.05
+        table = CostTable({(r, t): fixed + 0.001 * float(torch.rand(1, generator=gen)) * t
+                           for r in (1, 8, 16) for t in (r, 2 * r, 4 * r, 8 * r, 64 * r)})
+        prefill = int(torch.randint(0, 2, (1,), generator=gen)) * 64
+        kw = dict(fixed_s=0.002, draft_step_s=0.001 + 0.02 * float(torch.rand(1, generator=gen)),
+                  request_s=torch.rand(B, generator=gen) * 0.01, draft_host_s=0.001,
+                  decode_rows_floor=bool(prefill), spec_scale=0.9 + 0.2 * float(torch.rand(1, generator=gen)))
+        cases.append((scores, table, B + bool(prefill), B + prefill, float(B), kw))
+    bounded = [plan_verify_lengths(*c[:5], **c[5]) for c in cases]
+    decided = sum(budget._drafting_cannot_pay(*_bound_inputs(c)) for c in cases if bool((c[0] > 0).any()))
+    monkeypatch.setattr(budget, "_drafting_cannot_pay", lambda *a, **k: False)
+    searched = [plan_verify_lengths(*c[:5], **c[5]) for c in cases]
+    assert all(torch.equal(a.lengths, b.lengths) and a.seconds == b.seconds for a, b in zip(bounded, searched))
+    assert 30 < decided < 270  # both outcomes are exercised
+    assert sum(bool(p.lengths.any()) for p in searched) > 30
+
+
+def test_the_one_request_verify_choice_is_the_search_s():
+    """c=1's verify choice in plain Python (budget._one_request) chooses and prices as the search does."""
+    import workers.budget as budget
+    gen = torch.Generator().manual_seed(1)
+    cases = []
+    for _ in range(300):
+        # estimates >= 0.2: survival below ~1e-8 meets the search's tie-break (`_ranked`) in a padded batch
+        scores = survival(0.2 + 0.8 * torch.rand(1, 7, generator=gen), torch.randint(0, 8, (1,), generator=gen))
+        fixed = float(torch.rand(1, generator=gen)) * 0.05
+        table = CostTable({(1, t): fixed + 0.003 * float(torch.rand(1, generator=gen)) * t for t in (1, 2, 4, 8)})
+        scales = dict(plain_scale=0.9 + 0.2 * float(torch.rand(1, generator=gen)),
+                      spec_scale=0.9 + 0.2 * float(torch.rand(1, generator=gen)))
+        cases.append((scores, table, 1, 1, 1.0, 0.002 * float(torch.rand(1, generator=gen)), scales))
+    fast = [plan_verify_lengths(*c[:6], **c[6]) for c in cases]
+    real = budget.plan_verify_lengths  # the search, run with a second request that has no drafts
+
+    def searched(scores, *args, **kw):
+        padded = torch.cat([scores, torch.zeros(1, scores.shape[1])])  # a second request with no drafts
+        plan = real(padded, *args, **kw)
+        return plan.lengths[:1], plan.seconds
+
+    slow = [searched(*c[:6], **c[6]) for c in cases]
+    assert all(torch.equal(f.lengths, s[0]) and abs(f.seconds - s[1]) < 1e-12 for f, s in zip(fast, slow))
+    assert 30 < sum(int(f.lengths[0]) > 0 for f in fast) < 270
+
+
+def _bound_inputs(case) -> tuple:
+    """The bound's arguments for one case of the test above, as plan_verify_lengths builds them."""
+    scores, table, requests, base_tokens, emitted, kw = case
+    B, K = scores.shape
+    flat = scores.numpy().astype(np.float64).ravel()
+    ranked = flat[_ranked(flat, K)]
+    n = len(ranked)
+    step_s = table.lookup_array(requests, base_tokens + np.arange(n + 1)) + kw["fixed_s"]
+    if kw["decode_rows_floor"]:
+        step_s = np.maximum(step_s, table.lookup(requests, base_tokens) + kw["fixed_s"] - table.lookup(B, B)
+                            + table.lookup_array(B, B + np.arange(n + 1)))
+    return (ranked, step_s, emitted, 1.0, kw["spec_scale"], kw["draft_step_s"] + kw["draft_host_s"], kw["request_s"])
+
+
 def test_fixed_step_overhead_makes_speculation_more_attractive():
     scores = survival(torch.tensor([PROFILE] * 16), torch.full((16,), 7))
     table = _table(1e-3, fixed_s=0.0)  # compute-bound: each position costs as much as a token

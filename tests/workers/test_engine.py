@@ -36,6 +36,29 @@ def test_greedy_with_speculation_equals_without(tiny_target, tiny_draft):
         assert eng.runner.pool.num_used == 0
 
 
+def test_the_proposer_is_not_called_in_steps_where_no_request_may_draft(tiny_target, tiny_draft):
+    """Every other step offers no request a draft (as an idle adaptive plan does): the proposer is not called
+    then, and catches up on the tokens it missed by the larger delta the next time; output is unchanged."""
+    base = [r.output_ids for r in _engine(tiny_target).generate(PROMPTS, _greedy())]
+    for spec in (SpecConfig(method="ngram", k=4), SpecConfig(method="draft", k=3, draft_model=str(tiny_draft))):
+        eng = _engine(tiny_target, spec)
+        schedule, steps, calls = eng.scheduler.schedule, [0], []
+        propose = eng.proposer.propose
+
+        def every_other(k, adaptive_drafts=False):
+            plan = schedule(k, adaptive_drafts)
+            steps[0] += 1
+            if steps[0] % 2:
+                plan.decodes = [(r, 0) for r, _ in plan.decodes]
+            return plan
+
+        eng.scheduler.schedule = every_other
+        eng.proposer.propose = lambda batch: calls.append(steps[0]) or propose(batch)
+        assert [r.output_ids for r in eng.generate(PROMPTS, _greedy())] == base, spec.method
+        assert calls and all(step % 2 == 0 for step in calls)
+        assert eng.spec_stats.num_drafts > 0
+
+
 def test_identical_draft_accepts_everything(tiny_target):
     eng = _engine(tiny_target, SpecConfig(method="draft", k=4, draft_model=str(tiny_target)))
     eng.generate(PROMPTS, _greedy(30))
