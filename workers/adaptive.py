@@ -125,6 +125,8 @@ LEVEL_BOUNDS = (0.25, 4.0)
 # moves it: ~0.01-0.015 a position at c=1). At c=1, where the batch changes only between requests, the plan was
 # computed every step a request drafted: ~0.5 ms of a ~40 ms step (perf_counter in the engine, ad-hoc), where
 # fixed k pays nothing; adaptive's steps drafting depth 1 there ran ~3% under fixed k=1's at the same depth.
+# With the hold and budget._one_request: 0.993 of fixed k=1 against 0.960 (trained draft, repetitive c=1, A/B in
+# one process, 4 interleaved cycles; docs/performance.md, "After the grid").
 PLAN_HOLD_DRIFT = 0.05
 # The trim verifies every drafted position without searching when those rows cost no more than its search does
 # (its host time, a running mean at this rate): the search cannot save more than the rows. It took ~0.2 ms (numpy
