@@ -241,9 +241,8 @@ class AdaptiveVerifier:
         self._catch_up, self._step_catch_up = {}, 0
         if self.draft_cost is not None and self.estimator_ready:
             B = len(reqs)
-            rows = [self._catch_up_rows(r) - 1 for r in reqs]
+            rows = self._note_catch_ups(reqs)
             extra = torch.tensor(rows)  # [B] rows beyond the usual 1
-            self._catch_up = {r.req_id: e for r, e in zip(reqs, rows)}
             # a plan that drafted nothing changes no estimate, and the catch-ups only grow: until the batch
             # changes, the same plan holds (re-checked every PROBE_EVERY plans as the cost tables refresh).
             # The plan was ~0.4 ms of a 43 ms step at c=1, where the trained draft pays nowhere.
@@ -326,12 +325,21 @@ class AdaptiveVerifier:
             return False
         key, caps, planned, prior, count = held
         self._held = (key, caps, planned, prior, count + 1)
-        rows = [self._catch_up_rows(r) - 1 for r in reqs]
-        self._catch_up, self._step_catch_up = {r.req_id: e for r, e in zip(reqs, rows)}, 0
+        self._note_catch_ups(reqs)
         self._planned = planned
-        self._since_probe, self._since_probe_s, self._probe_share = 0, 0.0, PROBE_SHARE  # as a drafting plan does
+        self._reset_probes()  # as a plan that drafts does
         plan.decodes = [(r, min(d, c)) for (r, d), c in zip(plan.decodes, caps.tolist())]
         return True
+
+    def _note_catch_ups(self, reqs: list) -> list[int]:
+        """Each request's catch-up rows beyond the usual 1, noted for this step's plan (`_remember`)."""
+        rows = [self._catch_up_rows(r) - 1 for r in reqs]
+        self._catch_up, self._step_catch_up = {r.req_id: e for r, e in zip(reqs, rows)}, 0
+        return rows
+
+    def _reset_probes(self) -> None:
+        """A plan drafts: the next probe waits PROBE_EVERY plans again, at the first share."""
+        self._since_probe, self._since_probe_s, self._probe_share = 0, 0.0, PROBE_SHARE
 
     def _maybe_probe(self, caps: torch.Tensor, n: list[int], extra: list[int],
                      step: tuple[int, int]) -> torch.Tensor:
@@ -340,7 +348,7 @@ class AdaptiveVerifier:
         sequences and tokens without drafts). The share halves after each probe; a plan that drafts resets it.
         Lists, not tensors: this runs on every idle plan (~0.09 ms a call with tensors at c=32)."""
         if bool(caps.any()):
-            self._since_probe, self._since_probe_s, self._probe_share = 0, 0.0, PROBE_SHARE
+            self._reset_probes()
             return caps
         self._since_probe += 1
         idle = [i for i, d in enumerate(n) if d > 0]
