@@ -1,0 +1,63 @@
+"""How the attention groups a ragged step's sequences by query length: a matter of time, never of logits."""
+import pytest
+import torch
+
+import workers.attention as attention
+from workers.attention import SeqSpan, group_by_length
+
+
+def _spans(lengths: list[int]) -> list[tuple[SeqSpan, torch.Tensor]]:
+    spans, row = [], 0
+    for n in lengths:
+        spans.append((SeqSpan(row, n, 64, [0]), torch.zeros(1, dtype=torch.long)))
+        row += n
+    return spans
+
+
+def _group_lengths(lengths: list[int]) -> list[list[int]]:
+    return [[s.query_len for s, _ in g] for g in group_by_length(_spans(lengths))]
+
+
+def test_a_lone_short_verify_joins_the_decode_rows_and_a_long_one_does_not():
+    """At 16 requests one padded group beats two for 15 x 1 + 1 x 2 rows (51.8-52.2 ms against 55.0, measured:
+    benchmarks/ragged_groups.py); a request verifying 7 drafts keeps its own group rather than pad 15 others."""
+    assert _group_lengths([1] * 15 + [2]) == [[1] * 15 + [2]]
+    assert _group_lengths([1] * 15 + [8]) == [[1] * 15, [8]]
+
+
+def test_groups_are_runs_of_the_sorted_lengths_covering_every_sequence():
+    lengths = [1] * 9 + [3, 5, 5, 8, 2, 1, 4]
+    groups = _group_lengths(lengths)
+    assert sorted(n for g in groups for n in g) == sorted(lengths)
+    for a, b in zip(groups, groups[1:]):
+        assert max(a) < min(b)
+
+
+@pytest.mark.model
+def test_any_grouping_gives_the_same_logits(default_model_dir, monkeypatch):
+    """A ragged step (13 x 1 + 1 x 2 + 1 x 4 + 1 x 8 rows after a 64-token prefill each) computed with every
+    length its own group and with one padded group: identical logits (padding adds exact zeros)."""
+    from workers.config import EngineConfig
+    from workers.engine import LLMEngine
+    from workers.model_runner import StepChunk
+
+    engine = LLMEngine(EngineConfig(kv_cache_memory_gb=0.25))
+    if attention.fixed_tile_needed(engine.model.dtype):
+        pytest.skip(f"{engine.model.dtype} pads every sequence to one fixed tile: there is no grouping")
+    runner = engine.runner
+    rows = [1] * 13 + [2, 4, 8]
+    per = -(-(64 + max(rows)) // runner.block_size)
+    blocks = runner.pool.allocate(len(rows) * per)
+    tables = [blocks[i * per:(i + 1) * per] for i in range(len(rows))]
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(100, 10000, (64,), generator=gen).tolist() for _ in rows]
+    runner.run([StepChunk(p, 0, t, 0) for p, t in zip(prompts, tables)])
+    step = [StepChunk([(17 * i + j) % 5000 + 100 for j in range(n)], 64, t, n)
+            for i, (n, t) in enumerate(zip(rows, tables))]
+    out = {}
+    for setting in (0, 10 ** 6):
+        monkeypatch.setattr(attention, "GROUP_COST_ROWS", setting)
+        assert len(_group_lengths(rows)) == (4 if setting == 0 else 1)
+        out[setting] = runner.run(step)
+    runner.pool.free(blocks)
+    assert bool(out[0].isfinite().all()) and torch.equal(out[0], out[10 ** 6])
