@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from workers.attention import GROUP_COST_ROWS, SMALL_ROWS
+from workers.attention import SMALL_ROWS
 from workers.budget import choose_verify_lengths, plan_verify_lengths, survival
 from workers.cost_table import (DEFAULT_EXTRA_TOKENS, RAGGED_EXTRA, CostTable, GroupCostFit, hardware_key,
                                 load_or_measure)
@@ -641,12 +641,10 @@ class AdaptiveVerifier:
 def target_table_path(engine: "LLMEngine") -> Path:
     """Where the target's warm-up table is kept: keyed by model, tensor parallelism, dtype and hardware
     (`|blocks`: tables measured before the ragged cells and the row blocks' cost existed are not reused;
-    `|ragged-by-count`: nor those whose budget cut left the ragged cells of all but the smallest request count;
-    `|groupsN`: the ragged cells depend on how the attention groups query lengths, `GROUP_COST_ROWS`)."""
+    `|ragged-by-count`: nor those whose budget cut left the ragged cells of all but the smallest request count)."""
     cfg = engine.config
     tp = f"|tp{cfg.tensor_parallel_size}" if cfg.tensor_parallel_size > 1 else ""
-    model = f"{cfg.model}{tp}|blocks|ragged-by-count|groups{GROUP_COST_ROWS}"
-    key = hardware_key(model, str(engine.model.dtype), str(engine.model.device))
+    key = hardware_key(cfg.model + tp + "|blocks|ragged-by-count", str(engine.model.dtype), str(engine.model.device))
     return cache_dir() / "cost_tables" / f"{key}.json"
 
 

@@ -118,13 +118,12 @@ def build_metadata(spans: list[SeqSpan], block_size: int, device: torch.device, 
                              segments, blocks.done())
 
 
-# A tiled group's fixed cost (~20 ops x layers), in padded query rows: what `group_by_length` weighs a group
-# against. Measured (benchmarks/ragged_groups.py, bf16, contexts 64-256, 4-32 requests, 10 ragged shapes each):
-# ragged steps took 0.987 / 0.983 / 0.981 / 0.984 of their time at 12 with 24 / 32 / 40 / 64 (geometric means;
-# 0.965 at 4 requests, 0.975-0.987 at 16, 0.981-0.998 at 32), and 1.018 with one padded group always. At 12,
-# 15 x 1 + 1 x 2 rows ran as two groups in 55.0 ms (16 requests, context 64) where one group padded to 2 rows
-# took 51.8-52.2.
-GROUP_COST_ROWS = 40
+# A tiled group's fixed cost (~12 ops x layers) in padded query rows (measured ~0.3 ms/row). 40 was tried
+# (2026-12-04): synthetic ragged steps at contexts 64-256 ran 0.981 of their time (benchmarks/ragged_groups.py),
+# but in closed loop (n-gram, ShareGPT; A/B in one process, 3 interleaved cycles) adaptive ran 1.8% (c=16) and
+# 3.5% (c=32) slower and fixed k=4 0.4% slower. Likely, not tested: a padded row's cost grows with its context,
+# which this weight does not see (docs/architecture.md, "How the attention groups lengths").
+GROUP_COST_ROWS = 12
 
 
 def group_by_length(small: list[tuple[SeqSpan, torch.Tensor]]) -> list[list[tuple[SeqSpan, torch.Tensor]]]:

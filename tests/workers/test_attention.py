@@ -18,11 +18,35 @@ def _group_lengths(lengths: list[int]) -> list[list[int]]:
     return [[s.query_len for s, _ in g] for g in group_by_length(_spans(lengths))]
 
 
-def test_a_lone_short_verify_joins_the_decode_rows_and_a_long_one_does_not():
-    """At 16 requests one padded group beats two for 15 x 1 + 1 x 2 rows (51.8-52.2 ms against 55.0, measured:
-    benchmarks/ragged_groups.py); a request verifying 7 drafts keeps its own group rather than pad 15 others."""
-    assert _group_lengths([1] * 15 + [2]) == [[1] * 15 + [2]]
-    assert _group_lengths([1] * 15 + [8]) == [[1] * 15, [8]]
+def _cost(groups: list[list[int]]) -> int:
+    return sum(attention.GROUP_COST_ROWS + len(g) * max(g) for g in groups)
+
+
+def _runs(lengths: list[int]) -> list[list[list[int]]]:
+    """Every split of the sorted distinct lengths into runs, as groups of the sequences."""
+    distinct = sorted(set(lengths))
+    out = []
+    for mask in range(1 << (len(distinct) - 1)):
+        groups, cur = [], []
+        for i, n in enumerate(distinct):
+            cur += [m for m in lengths if m == n]
+            if i == len(distinct) - 1 or mask >> i & 1:
+                groups.append(cur)
+                cur = []
+        out.append(groups)
+    return out
+
+
+def test_the_grouping_is_the_cheapest_split_into_runs_of_lengths():
+    """The dynamic programme finds the least `groups x GROUP_COST_ROWS + padded rows` over every split (brute
+    force, 200 random steps): a lone 2-row verify among 1-row decodes keeps its own group at 12, a group of
+    8 x 2 rows joins them."""
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        lengths = torch.randint(1, 9, (int(torch.randint(1, 20, (1,), generator=gen)),), generator=gen).tolist()
+        assert _cost(_group_lengths(lengths)) == min(_cost(g) for g in _runs(lengths))
+    assert len(_group_lengths([1] * 15 + [2])) == (2 if attention.GROUP_COST_ROWS < 15 else 1)
+    assert len(_group_lengths([1] * 8 + [2] * 8)) == 1
 
 
 def test_groups_are_runs_of_the_sorted_lengths_covering_every_sequence():
