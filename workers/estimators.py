@@ -132,7 +132,8 @@ class NgramEstimator:
         self.strength = prior_strength
         self.memory = memory
         # numpy, not torch: the table is tiny, and the trim and learning call this every drafting step, where
-        # each torch op cost several microseconds (predict + observe took ~0.28 ms of a step with torch)
+        # each torch op costs several microseconds (predict 0.12 + observe 0.16 ms a call in the engine under
+        # cProfile with torch; hot, predict + observe 102 us with torch, 67 with numpy)
         self.acc = np.zeros((max_match + 1, HISTORY_BUCKETS, k))
         self.tot = np.zeros((max_match + 1, HISTORY_BUCKETS, k))
         self._table: np.ndarray | None = None  # predictions per cell (float32), until new outcomes
@@ -153,10 +154,8 @@ class NgramEstimator:
         return torch.from_numpy(self._table[self._keys(features)])
 
     def observe(self, features: torch.Tensor, verified: torch.Tensor, accepted: torch.Tensor) -> None:
-        pos = np.arange(features.shape[1])
-        v, a = verified.numpy(), accepted.numpy()
-        seen = pos[None, :] < np.minimum(v, a + 1)[:, None]  # as `verification_labels`
-        label = (pos[None, :] < a[:, None])[seen]
+        seen, label = (x.numpy() for x in verification_labels(features.shape[1], verified, accepted))
+        label = label[seen]
         cell = np.ravel_multi_index(tuple(x[seen] for x in self._keys(features)), self.tot.shape)
         self.tot += np.bincount(cell, minlength=self.tot.size).reshape(self.tot.shape)
         self.acc += np.bincount(cell, weights=label, minlength=self.tot.size).reshape(self.tot.shape)
