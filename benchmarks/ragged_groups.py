@@ -7,7 +7,7 @@ The fp32 path pads every sequence to one fixed tile, so there is nothing to meas
 What it does not show: in closed loop the setting it favours (40) made adaptive 2-3% slower
 (benchmarks/group_cost_ab.py; docs/architecture.md, "How the attention groups lengths"), so read it with that.
 
-    python benchmarks/ragged_groups.py --contexts 64,128,256 --requests 4,16,32 --settings 12,24,40,64,1000 \
+    python benchmarks/ragged_groups.py --contexts 64,128,256 --requests 4,16,32 --settings 12,24,32,40,64,1000 \
         --repeats 6 --out benchmarks/results/ragged_groups_bf16_cpu.json
 """
 from __future__ import annotations
