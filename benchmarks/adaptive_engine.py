@@ -7,12 +7,16 @@ max(`--per-slot` x c, `--min-requests`) requests per point, timed after the firs
 a point admits the same prompts. At c=32 a window of 32 requests after the first wave put adaptive at
 0.93-1.04x of no speculation depending on which 32 (the ratio per consecutive window, two runs); windows of
 64 at 0.95-1.01x; 256 at 0.97-1.00x (docs/performance.md, "The window").
-Usage: python benchmarks/adaptive_engine.py [--repeat 3] [--max-tokens 48] [--per-slot 2] [--min-requests 8]
+At c <= 2 the 8 requests of the grids before 2026-12-04 ranked configurations by the tails of the requests the
+window cuts (n-gram ShareGPT c=2: k=2 first in the window, k=7 8% faster over the whole run); 16 is the default
+since (docs/performance.md, "The grid at 688ddf1").
+Usage: python benchmarks/adaptive_engine.py [--repeat 3] [--max-tokens 48] [--per-slot 2] [--min-requests 16]
 In parts (each point is complete on its own, so a part that is cut short loses only itself):
     python benchmarks/adaptive_engine.py --concurrency 1,2,4,8 --out /tmp/low.json
     python benchmarks/adaptive_engine.py --concurrency 16,32 --out /tmp/high.json
     python benchmarks/adaptive_engine.py --merge /tmp/low.json /tmp/high.json
 A grid of another machine than the record's keeps its own plots: `--merge ... --plot-suffix _fp32`.
+Whole grids of one machine, pooled per point (their cycles together): `--pool A.json B.json`.
 """
 from __future__ import annotations
 
@@ -166,6 +170,36 @@ def merge_runs(runs: list[dict]) -> tuple[dict, list[dict]]:
     return settings, rows
 
 
+def pool_runs(runs: list[dict]) -> list[dict]:
+    """Several whole runs of one machine as one: each configuration's samples (one per cycle) together, so the
+    paired ratio is the median over all their cycles. Each summary row also carries every run's own ratio."""
+    machines = {json.dumps(run.get("machine"), sort_keys=True) for run in runs}
+    if len(machines) > 1:
+        raise SystemExit("cannot pool runs of different machines")
+    pooled: dict[tuple, dict] = {}
+    for run in runs:
+        for r in run["rows"]:
+            key = (r["mode"], r["k"], r["workload"], r["concurrency"])
+            row = pooled.setdefault(key, {**r, "samples_tokens_per_s": []})
+            row["samples_tokens_per_s"] = row["samples_tokens_per_s"] + list(r.get("samples_tokens_per_s") or
+                                                                             [r["output_tokens_per_s"]])
+    each = [{(s["method"], s["workload"], s["concurrency"]): s["adaptive_vs_best_paired"]
+             for s in summarise(run["rows"])} for run in runs]
+    return [{**s, "each_run_paired": [e.get((s["method"], s["workload"], s["concurrency"])) for e in each]}
+            for s in summarise(list(pooled.values()))]
+
+
+def pooled_table(summary: list[dict]) -> str:
+    out = ["| proposer | workload | c | each run, paired | pooled, paired | adaptive / no spec, pooled |",
+           "|---|---|---|---|---|---|"]
+    for s in summary:
+        each = " / ".join("-" if v is None else f"{v:.3f}" for v in s["each_run_paired"])
+        out.append(f"| {s['method']} | {s['workload']} | {s['concurrency']} | {each} | "
+                   f"{s['adaptive_vs_best_paired']:.3f} | {s['adaptive_vs_off']:.3f} |")
+    hits = sum(s["adaptive_vs_best_paired"] >= 0.98 for s in summary)
+    return "\n".join(out + ["", f"pooled: {hits} of {len(summary)} points >= 0.98"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
@@ -173,19 +207,24 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,2,4,8,16,32")
     ap.add_argument("--drained", action="store_true", help="run every prompt to its end (times the drain)")
     ap.add_argument("--per-slot", type=int, default=2, help="timed requests per point: this many per slot ...")
-    ap.add_argument("--min-requests", type=int, default=8, help="... and at least this many")
+    ap.add_argument("--min-requests", type=int, default=16, help="... and at least this many")
     ap.add_argument("--interleave", type=int, nargs="?", const=1, default=0, metavar="STEPS",
                     help="run a repeat's configurations together, step by step in turn (workers/closed_loop.py)")
     ap.add_argument("--out", default="benchmarks/results/adaptive_engine_cpu.json")
     ap.add_argument("--tables", metavar="JSON", help="only print the markdown tables of an earlier run")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
                     help="combine runs of other concurrencies, run with the same settings, into --out (and plot)")
+    ap.add_argument("--pool", nargs="+", metavar="JSON",
+                    help="only print the per-point ratios of whole runs of one machine, their cycles pooled")
     ap.add_argument("--plot-suffix", default="", metavar="S",
                     help="write the PNGs as docs/adaptive_engine_throughput{S}.png and docs/acceptance_per_position{S}"
                          ".png (the grid of record has none; another machine's grid, e.g. _fp32, keeps its own)")
     args = ap.parse_args()
     if args.tables:
         print(markdown_tables(json.loads(Path(args.tables).read_text())))
+        return
+    if args.pool:
+        print(pooled_table(pool_runs([json.loads(Path(f).read_text()) for f in args.pool])))
         return
     if args.merge:
         settings, data = merge_runs([json.loads(Path(f).read_text()) for f in args.merge])

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from adaptive_engine import acceptance_row, markdown_tables, merge_runs, plot, rate, summarise  # noqa: E402
+from adaptive_engine import (acceptance_row, markdown_tables, merge_runs, plot, pool_runs,  # noqa: E402
+                             pooled_table, rate, summarise)
 
 SETTINGS = {"modes": ["off", "ngram:2", "ngram:7:adaptive"], "repeat": 3, "max_tokens": 48, "sustained": True,
             "min_requests": 8, "per_slot": 2}
@@ -66,3 +67,15 @@ def test_a_grid_without_concurrency_1_plots_acceptance_at_its_lowest(tmp_path):
     throughput, acceptance = tmp_path / "t.png", tmp_path / "a.png"
     plot(data, throughput, acceptance, "fp32")
     assert throughput.exists() and acceptance.exists()
+
+
+def test_whole_runs_pool_their_cycles_per_point():
+    bf16 = {"cpu_capability": "AVX512", "dtype": "bfloat16", "cores": 2}
+    low = {**SETTINGS, "machine": bf16, "rows": rows(1, 99.0)}
+    high = {**SETTINGS, "min_requests": 16, "machine": bf16, "rows": rows(1, 105.0)}  # windows may differ
+    (point,) = pool_runs([low, high])
+    assert point["each_run_paired"] == [pytest.approx(0.99), pytest.approx(1.05)]
+    assert point["adaptive_vs_best_paired"] == pytest.approx(1.02)  # the median of 6 cycles: 3 at 0.99, 3 at 1.05
+    assert "1 of 1 points >= 0.98" in pooled_table([point])
+    with pytest.raises(SystemExit, match="machines"):
+        pool_runs([low, {**high, "machine": {**bf16, "dtype": "float32"}}])
