@@ -218,7 +218,12 @@ def _tiled_attention(q: torch.Tensor, kv_cache: torch.Tensor, g: TiledGroup) -> 
     # q is pre-scaled by hd**-0.5 (folded into the q projection at load)
     s = torch.matmul(qg, kv[0].transpose(-1, -2)).float().add_(g.bias)  # [KVH, B, nb, G*qt, KB]
     e = s.sub_(s.amax(dim=(2, 4), keepdim=True)).exp_()
-    denom = e.sum(-1, keepdim=True).sum(2)  # per key block, then across blocks: [KVH, B, G*qt, 1]
+    # per key block, then across blocks in block order: a scan's last element, not .sum(2), whose order over
+    # the blocks depended on the tile (G*qt rows): at context 700 a 2-row verify's second row differed in the
+    # last bit of this sum from the same token decoded alone (logits up to 0.125 apart; 2026-12-04). The
+    # output's sum below has 64 contiguous values per element and held in every check (a scan there cost
+    # 1.5-3% of a step); tests/workers/test_attention.py checks both at contexts 700-1030
+    denom = e.sum(-1, keepdim=True).cumsum(2)[:, :, -1]  # [KVH, B, G*qt, 1]
     o = torch.matmul(e.to(q.dtype), kv[1]).float().sum(2).div_(denom)  # [KVH, B, G*qt, D]
     return o.to(q.dtype).view(KVH, B, G, qt, D).permute(1, 3, 0, 2, 4).reshape(B * qt, H, D)
 

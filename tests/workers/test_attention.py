@@ -85,3 +85,39 @@ def test_any_grouping_gives_the_same_logits(default_model_dir, monkeypatch):
         out[setting] = runner.run(step)
     runner.pool.free(blocks)
     assert bool(out[0].isfinite().all()) and torch.equal(out[0], out[10 ** 6])
+
+
+
+@pytest.mark.model
+def test_rows_at_long_context_attend_as_each_sequence_alone(default_model_dir):
+    """A mixed decode/verify step at contexts 700-1030 (default grouping, so some sequences share a padded
+    tile) gives every row the logits of its sequence run alone, and a 5-row verify those of its tokens
+    decoded one by one. With `.sum(2)` across key blocks (before 2026-12-04) the cross-block order depended
+    on the tile's rows: on the bf16 Xeon with AMX the steps at 777 and 900 differed from their sequences alone."""
+    from workers.config import EngineConfig
+    from workers.engine import LLMEngine
+    from workers.model_runner import StepChunk
+
+    engine = LLMEngine(EngineConfig(kv_cache_memory_gb=0.5))
+    if attention.fixed_tile_needed(engine.model.dtype):
+        pytest.skip(f"{engine.model.dtype} pads every sequence to one fixed tile")
+    runner, rows, failures = engine.runner, [1, 1, 2, 3, 1, 5], []
+    for ctx in (700, 777, 900, 1030):
+        gen = torch.Generator().manual_seed(ctx)
+        per = -(-(ctx + max(rows)) // runner.block_size)
+        blocks = runner.pool.allocate(len(rows) * per)
+        tables = [blocks[i * per:(i + 1) * per] for i in range(len(rows))]
+        for t in tables:
+            runner.run([StepChunk(torch.randint(100, 10000, (ctx,), generator=gen).tolist(), 0, t, 0)])
+        step = [StepChunk(torch.randint(100, 10000, (n,), generator=gen).tolist(), ctx, t, n)
+                for n, t in zip(rows, tables)]
+        together, alone = runner.run(step), torch.cat([runner.run([c]) for c in step])
+        last = step[-1]
+        singles = torch.cat([runner.run([StepChunk([tok], ctx + j, tables[-1], 1)])
+                             for j, tok in enumerate(last.token_ids)])
+        runner.pool.free(blocks)
+        if not torch.equal(together, alone):
+            failures.append((ctx, "step"))
+        if not torch.equal(alone[-len(last.token_ids):], singles):
+            failures.append((ctx, "verify"))
+    assert not failures
