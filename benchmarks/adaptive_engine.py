@@ -190,6 +190,7 @@ def pool_runs(runs: list[dict]) -> list[dict]:
 
 
 def pooled_table(summary: list[dict]) -> str:
+    """The docs' pooled table (each run's paired ratio, the pooled one) and how many points reach 0.98."""
     out = ["| proposer | workload | c | each run, paired | pooled, paired | adaptive / no spec, pooled |",
            "|---|---|---|---|---|---|"]
     for s in summary:

@@ -87,7 +87,6 @@ def test_any_grouping_gives_the_same_logits(default_model_dir, monkeypatch):
     assert bool(out[0].isfinite().all()) and torch.equal(out[0], out[10 ** 6])
 
 
-
 @pytest.mark.model
 def test_rows_at_long_context_attend_as_each_sequence_alone(default_model_dir):
     """A mixed decode/verify step at contexts 700-1030 (default grouping, so some sequences share a padded
