@@ -346,10 +346,7 @@ class AdaptiveVerifier:
         """When a probe is due (see PROBE_SHARE) and no request drafts: one position for the undrafted request
         whose draft has the least to catch up on (`extra`: its catch-up rows beyond 1; `step`: the step's
         sequences and tokens without drafts). The share halves after each probe; a plan that drafts resets it.
-        Lists, not tensors: this runs on every idle plan (~0.09 ms a call with tensors at c=32).
-        In a pure decode step of several requests the probe's row is priced with the table's ragged cost, as the
-        trim prices rows (`_rows_at_stake_s`): at 16 requests the bf16 table read 0.46 ms for one more row on
-        the uniform curve and 8.6 ms of ragged cost, and the probes' forwards took ~10 ms more each."""
+        Lists, not tensors: this runs on every idle plan (~0.09 ms a call with tensors at c=32)."""
         if bool(caps.any()):
             self._reset_probes()
             return caps
@@ -359,8 +356,6 @@ class AdaptiveVerifier:
             return caps
         b = min(idle, key=extra.__getitem__)
         verify_row_s = max(self.cost.lookup(step[0], step[1] + 1) - self.cost.lookup(*step), 0.0)
-        if self.cost.ragged and step[0] == len(n) > 1:  # a pure decode step: its one verify row makes it ragged
-            verify_row_s += float(self.cost.ragged_array(step[0], np.array([1]))[0])
         drafting_s = self.draft_cost.lookup(1, 1) + self._catch_up_row_s(len(n)) * extra[b]
         self._probe_cost_s = self._probe_scale * drafting_s + verify_row_s
         if not self._probe_due(self._since_probe):

@@ -121,23 +121,6 @@ def test_probes_are_priced_at_what_probes_took():
     assert abs(av._probe_cost_s - (scales[-1] * DRAFT.lookup(1, 1) + row_s)) < 1e-9
 
 
-def test_a_probe_in_a_pure_decode_step_of_several_requests_is_priced_with_the_ragged_cost():
-    """Its one verify row makes the step ragged, which the uniform curve does not price: the probe's price
-    carries the table's ragged cost for one extra row (none with one request, or with a uniform table)."""
-    uniform = {(r, t): 0.040 + 0.0002 * t for r in (1, 4) for t in range(r, 4 * r + 1)}
-    prices = {}
-    for name, ragged in (("uniform", None), ("ragged", {(4, 1): 0.008, (4, 7): 0.010})):
-        est = LogisticEstimator(7, 3)
-        est.refits = est.warmup_refits
-        av = AdaptiveVerifier(CostTable(dict(uniform), ragged=ragged), est, CostTable({(1, 1): 0.0045, (4, 4): 0.006}))
-        av._prior = torch.full((7,), 0.01)  # nothing pays: only probes draft
-        reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(4)]
-        for _ in range(PROBE_EVERY):
-            av.plan_depths(ScheduledStep(decodes=[(r, 7) for r in reqs]))
-        prices[name] = av._probe_cost_s
-    assert prices["ragged"] - prices["uniform"] == pytest.approx(0.008, abs=1e-9)
-
-
 def test_the_trim_verifies_free_rows_without_searching(monkeypatch):
     """Two requests whose drafted rows fall in a row block the step computes anyway: the trim cannot save
     anything, so it verifies every drafted position without running its search (once the search's time is
