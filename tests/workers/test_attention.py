@@ -134,7 +134,7 @@ def test_the_tiles_sums_across_key_blocks_do_not_depend_on_the_rows_beside_them(
         pytest.skip("fp32 pads every sequence to one fixed tile")
     gen = torch.Generator().manual_seed(0)
     kvh, group, hd = 3, 3, 64  # the default model's KV heads, query heads per KV head, head size
-    plain_sum_differs, rows_checked = 0, 0
+    plain_sum_differs = 0
     for blocks in range(1, 17):
         for q_tile in range(1, 11):
             rows = group * q_tile
@@ -147,6 +147,4 @@ def test_the_tiles_sums_across_key_blocks_do_not_depend_on_the_rows_beside_them(
                 assert torch.equal(denom[:, :, r:r + 1], alone_e.sum(-1, keepdim=True).cumsum(2)[:, :, -1])
                 assert torch.equal(out[:, :, r:r + 1], alone_pv.sum(2))
                 plain_sum_differs += not torch.equal(plain[:, :, r:r + 1], alone_e.sum(-1, keepdim=True).sum(2))
-                rows_checked += 1
     assert plain_sum_differs > 0, "the counter-example no longer differs: the check may have lost its teeth"
-    assert rows_checked == 2640
