@@ -205,6 +205,13 @@ def _tiled_group(small: list[tuple[SeqSpan, torch.Tensor]], block_size: int, dev
                       bias.contiguous().to(device), dense)
 
 
+def _across_blocks(e: torch.Tensor, pv: torch.Tensor) -> torch.Tensor:  # [KVH, B, rows, D]
+    """Each row's output from its per-key-block exponentials `e` [KVH, B, nb, rows, KB] and value products
+    `pv` [KVH, B, nb, rows, D], in an order across blocks that the rows beside it do not change (see below)."""
+    denom = e.sum(-1, keepdim=True).cumsum(2)[:, :, -1]  # [KVH, B, rows, 1]
+    return pv.sum(2).div_(denom)
+
+
 def _tiled_attention(q: torch.Tensor, kv_cache: torch.Tensor, g: TiledGroup) -> torch.Tensor:
     """-> [B * q_tile, H, hd] (rows of padding included; `g.valid` selects the real ones)."""
     B, qt = g.q_index.shape
@@ -223,8 +230,7 @@ def _tiled_attention(q: torch.Tensor, kv_cache: torch.Tensor, g: TiledGroup) -> 
     # last bit of this sum from the same token decoded alone (logits up to 0.125 apart; 2026-12-04). The
     # output's sum below has 64 contiguous values per element and held in every check (a scan there cost
     # 1.5-3% of a step); tests/workers/test_attention.py checks both at contexts 700-1030
-    denom = e.sum(-1, keepdim=True).cumsum(2)[:, :, -1]  # [KVH, B, G*qt, 1]
-    o = torch.matmul(e.to(q.dtype), kv[1]).float().sum(2).div_(denom)  # [KVH, B, G*qt, D]
+    o = _across_blocks(e, torch.matmul(e.to(q.dtype), kv[1]).float())  # [KVH, B, G*qt, D]
     return o.to(q.dtype).view(KVH, B, G, qt, D).permute(1, 3, 0, 2, 4).reshape(B * qt, H, D)
 
 

@@ -123,11 +123,12 @@ def test_rows_at_long_context_attend_as_each_sequence_alone(default_model_dir):
 
 
 def test_the_tiles_sums_across_key_blocks_do_not_depend_on_the_rows_beside_them():
-    """The two reductions of `_tiled_attention` across key blocks, on [KVH, B, blocks, rows, ...] as it lays
-    them out: each row's softmax denominator (a scan in block order) and its output (`.sum(2)` over 64 values
-    per element) equal the same row's alone, for 1-16 blocks and 1-10 query rows per head. A plain `.sum(2)`
-    of the denominators is the check's counter-example: its order across blocks depends on the rows, and it
-    differs from the row alone at about half of these rows (bf16 Xeon with AMX, 2026-12-04)."""
+    """The two reductions of `_tiled_attention` across key blocks (`_across_blocks`), on [KVH, B, blocks, rows,
+    ...] as it lays them out: each row's softmax denominator (a scan in block order) and its output (`.sum(2)`
+    over 64 values per element) give the same row's result alone, for 1-16 blocks and 1-10 query rows per
+    head. A plain `.sum(2)` of the denominators is the check's counter-example: its order across blocks
+    depends on the rows, and it differs from the row alone at about half of these rows (bf16 Xeon with AMX,
+    2026-12-04)."""
     from workers.model_runner import cpu_has_fast_bf16
 
     if not cpu_has_fast_bf16():  # the model runs fp32 there, padded to one fixed tile: rows never vary
@@ -140,11 +141,9 @@ def test_the_tiles_sums_across_key_blocks_do_not_depend_on_the_rows_beside_them(
             rows = group * q_tile
             e = torch.rand(kvh, 2, blocks, rows, attention.KEY_BLOCK, generator=gen).to(torch.bfloat16).float()
             pv = torch.randn(kvh, 2, blocks, rows, hd, generator=gen).to(torch.bfloat16).float()
-            denom = e.sum(-1, keepdim=True).cumsum(2)[:, :, -1]  # as _tiled_attention computes them
-            out, plain = pv.sum(2), e.sum(-1, keepdim=True).sum(2)
+            out, plain = attention._across_blocks(e, pv), e.sum(-1, keepdim=True).sum(2)
             for r in range(rows):
                 alone_e, alone_pv = e[:, :, :, r:r + 1], pv[:, :, :, r:r + 1]
-                assert torch.equal(denom[:, :, r:r + 1], alone_e.sum(-1, keepdim=True).cumsum(2)[:, :, -1])
-                assert torch.equal(out[:, :, r:r + 1], alone_pv.sum(2))
+                assert torch.equal(out[:, :, r:r + 1], attention._across_blocks(alone_e, alone_pv))
                 plain_sum_differs += not torch.equal(plain[:, :, r:r + 1], alone_e.sum(-1, keepdim=True).sum(2))
     assert plain_sum_differs > 0, "the counter-example no longer differs: the check may have lost its teeth"
