@@ -1,75 +1,145 @@
-"""GPU check (no Ray, no network): engine correctness tests + a two-minute benchmark, printed as a table.
+"""GPU check of the engine (no Ray, no network), in stages; each writes its part of $OUT/gpu_check_<stages>.json.
 
-The default model's weights are too large to send (64 MiB limit), so the benchmark runs a random-weight model
-of SmolLM2-135M's exact shape (timing does not depend on weight values; acceptance does, so only step
-times and no-speculation throughput are reported), and correctness runs the tiny-model test suite.
+  env     torch, CUDA, the device
+  gemm    do SmolLM2's bf16 GEMM rows on this GPU depend on the row count M <= 32 (the batch-invariant
+          verify path needs them not to)? Per weight shape: rows that differ from the row computed alone
+  model   the embedded default from its GGUF (scripts/gpu_check.sh joins the parts)
+  workers tests/workers on CUDA but the default model's (tiny random models; the tokenizer from .gpu/)
+  lossless the default model's tests on CUDA: greedy output with n-gram, the trained draft and adaptive
+          verification equal to no speculation, token for token
+  bench   the trained draft on ShareGPT prompts, sustained closed loop, concurrency 1, 8, 32, 128: no
+          speculation, fixed k in {2, 4, 7}, adaptive (k <= 7), interleaved, 2 repeats; stops at BENCH_UNTIL
+Usage (see scripts/gpu_check.sh): python3 scripts/gpu_check.py env gemm workers | model lossless bench
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-
-def smollm_shaped(folder: Path) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                      num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
-                      rope_theta=100000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(folder)
-    from transformers import AutoTokenizer
-
-    AutoTokenizer.from_pretrained(os.environ["SPECFLEET_TOKENIZER_DIR"]).save_pretrained(folder)
-    return folder
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OUT = Path(os.environ.get("OUT") or "/tmp/gpu_check_out")
+# SmolLM2-135M's weight shapes (in, out): qkv, o, gate_up, down, the 49,152-word head
+SHAPES = {"qkv": (576, 960), "o": (576, 576), "gate_up": (576, 3072), "down": (1536, 576), "lm_head": (576, 49152)}
 
 
-def bench(model_dir: Path, seconds: float) -> list[dict]:
-    from workers.config import EngineConfig, SamplingParams, SpecConfig
-    from workers.engine import LLMEngine
-
-    rows = []
-    deadline = time.perf_counter() + seconds
-    for mode, k in (("off", 0), ("ngram", 4)):
-        eng = LLMEngine(EngineConfig(model=str(model_dir), kv_cache_memory_gb=8,
-                                     spec=SpecConfig(method=mode, k=k) if k else SpecConfig()))
-        for c in (1, 16, 64):
-            if time.perf_counter() > deadline:
-                break
-            prompt = [(i * 37) % 5000 + 10 for i in range(200)]
-            sp = SamplingParams(max_tokens=64, temperature=0, ignore_eos=True)
-            eng.generate([prompt] * 2, sp)  # warm-up
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            t = time.perf_counter()
-            res = eng.generate([prompt[: 100 + i] for i in range(2 * c)], sp)
-            dt = time.perf_counter() - t
-            toks = sum(r.num_output for r in res)
-            rows.append({"mode": mode, "k": k, "concurrency": c, "output_tokens_per_s": round(toks / dt, 1),
-                         "mean_acceptance_length": round(eng.spec_stats.mean_acceptance_length, 2)})
-            print(rows[-1], flush=True)
-    return rows
+def env() -> dict:
+    ok = torch.cuda.is_available()
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "available": ok,
+            "device": torch.cuda.get_device_name() if ok else None, "python": sys.version.split()[0]}
 
 
-def main() -> int:
-    out = Path(os.environ.get("OUT", "."))
-    print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
-          torch.cuda.get_device_name() if torch.cuda.is_available() else "")
-    import pytest
+def gemm() -> dict:
+    """Per shape: differing rows of a plain bf16 GEMM against each row alone, for M = 2..32, and what the
+    engine's start-up check (invariant_pieces) would choose here."""
+    import torch.nn.functional as F
 
-    rc = pytest.main(["-q", "-m", "not model", "tests/workers", "-p", "no:cacheprovider"])
-    rows = bench(smollm_shaped(Path("/tmp/smollm_shaped")), seconds=float(os.environ.get("BENCH_SECONDS", 120)))
-    print("\n| mode | k | c | tok/s |\n|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['mode']} | {r['k']} | {r['concurrency']} | {r['output_tokens_per_s']} |")
-    (out / "gpu_check.json").write_text(json.dumps({"pytest_exit": int(rc), "rows": rows}, indent=1))
-    return int(rc)
+    from workers.gemm_invariance import invariant_pieces
+
+    out = {}
+    for name, (k, n) in SHAPES.items():
+        g = torch.Generator().manual_seed(0)
+        w = torch.randn(n, k, generator=g).to("cuda", torch.bfloat16)
+        x = torch.randn(32, k, generator=g).to("cuda", torch.bfloat16)
+        alone = torch.cat([F.linear(x[r:r + 1], w) for r in range(32)])
+        bad = {m: int((F.linear(x[:m], w) != alone[:m]).any(1).sum()) for m in range(2, 33)}
+        t = time.perf_counter()
+        pieces = invariant_pieces(torch.bfloat16, k, n, device="cuda")
+        out[name] = {"in": k, "out": n, "differing_rows_by_m": {m: b for m, b in bad.items() if b},
+                     "invariant_pieces": pieces, "check_s": round(time.perf_counter() - t, 2)}
+        print(name, out[name], flush=True)
+    return out
+
+
+def model() -> dict:
+    from workers.model_store import prepare_default_model
+
+    import hashlib
+
+    from workers.workloads import _sharegpt_first_turns
+
+    t = time.perf_counter()
+    folder = prepare_default_model()
+    want = (ROOT / ".gpu" / "first_turns.sha256").read_text().strip()
+    turns = hashlib.sha256("\x00".join(_sharegpt_first_turns()).encode()).hexdigest()
+    if turns != want:
+        raise RuntimeError("the ShareGPT first turns here differ from the ones the assets were built from")
+    return {"folder": str(folder), "prepare_s": round(time.perf_counter() - t, 1), "first_turns_sha256": turns}
+
+
+def _pytest(args: list[str], timeout: float, log: str) -> dict:
+    t = time.perf_counter()
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEx", *args]
+    try:
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        text, rc = r.stdout + r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:
+        text, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "timeout"
+    (OUT / log).write_text(text)
+    tail = text.strip().splitlines()[-25:]
+    print("\n".join(tail), flush=True)
+    return {"args": args, "rc": rc, "seconds": round(time.perf_counter() - t, 1), "tail": tail}
+
+
+def lossless() -> dict:
+    return _pytest(["tests/workers/test_default_model.py", "--durations=8"], 200, "pytest_model.log")
+
+
+def workers() -> dict:
+    return _pytest(["tests/workers", "-m", "not model", "-n", "8", "--timeout", "90"], 150, "pytest_workers.log")
+
+
+def bench() -> dict:
+    from dataclasses import asdict
+
+    from workers.bench import run_bench
+
+    until = float(os.environ.get("BENCH_UNTIL", time.time() + 180))
+    modes = ["off", "draft:2", "draft:4", "draft:7", "draft:7:adaptive"]
+    rows, done = [], []
+    for c in [int(x) for x in os.environ.get("BENCH_CONCURRENCY", "1,8,32,128").split(",")]:
+        if time.time() > until:
+            break
+        t = time.perf_counter()
+        got = run_bench(["sharegpt"], [c], modes, 7, 48, [], 2, 0, "auto", None, repeat=2, sustained=True,
+                        kv_cache_memory_gb=float(os.environ.get("BENCH_KV_GB", 8)), min_requests=16, interleave=1)
+        rows += [asdict(r) for r in got]
+        done.append({"concurrency": c, "seconds": round(time.perf_counter() - t, 1)})
+        print(f"c={c}: " + ", ".join(f"{r.mode}:{r.k} {r.output_tokens_per_s:.0f}" for r in got), flush=True)
+        _save({"bench": {"points": done, "rows": rows}}, "bench_partial")
+    tables = OUT / "cost_tables"
+    src = Path(os.environ.get("SPECFLEET_CACHE", Path.home() / ".cache" / "specfleet")) / "cost_tables"
+    if src.exists():
+        shutil.copytree(src, tables, dirs_exist_ok=True)
+    return {"points": done, "rows": rows}
+
+
+def _save(report: dict, tag: str) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"gpu_check_{tag}.json").write_text(json.dumps(report, indent=1, default=str))
+
+
+def main() -> None:
+    stages = sys.argv[1:] or ["env", "gemm"]
+    tag = "_".join(stages)
+    report: dict = {"stages": stages, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    for name in stages:
+        t = time.perf_counter()
+        try:
+            report[name] = globals()[name]()
+        except Exception as e:  # one stage's failure is reported; the next stages still run
+            report[name] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"stage {name} failed: {e!r}", flush=True)
+        print(f"== {name}: {time.perf_counter() - t:.1f} s", flush=True)
+        _save(report, tag)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -678,5 +678,7 @@ def _profile_rows(runner: ModelRunner, rows: list[int]) -> None:
     blocks = runner.pool.allocate(len(rows) * nb)
     try:
         runner.run([StepChunk([7] * n, PROFILE_CONTEXT, blocks[i * nb:(i + 1) * nb], n) for i, n in enumerate(rows)])
+        if runner.model.device.type == "cuda":  # else the timer reads the kernels' launch, not their run
+            torch.cuda.synchronize(runner.model.device)
     finally:
         runner.pool.free(blocks)

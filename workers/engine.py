@@ -194,6 +194,8 @@ class LLMEngine:
                 req.num_computed += chunk
         t0 = time.perf_counter()
         logits = self.runner.run(chunks)  # [rows, V]
+        if logits.is_cuda:  # the forward's time, not its launch's, refreshes the cost table (the verify syncs anyway)
+            torch.cuda.synchronize(logits.device)
         forward_s = time.perf_counter() - t0
         self.num_steps += 1
         if verify:

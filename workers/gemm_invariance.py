@@ -46,17 +46,17 @@ def _rows_hold(linear, x: torch.Tensor) -> bool:
 
 
 @lru_cache(maxsize=None)
-def invariant_pieces(dtype: torch.dtype, in_features: int, out_features: int) -> int | None:
+def invariant_pieces(dtype: torch.dtype, in_features: int, out_features: int, device: str = "cpu") -> int | None:
     """Into how many equal pieces of the inputs a GEMM must be split so that its rows do not depend on the
     row count M <= 32 on this machine: 1 when the plain GEMM holds, None when no split up to MAX_PIECES does.
     Two sets of random data (a failing kernel showed 2 to 65 differing rows per set); whole shapes, since the
     output width matters too (64 x 64 failed where 64 x 128 held); 0.1 s per SmolLM2 layer shape, 1.2 s for
-    its 49,152-word head."""
+    its 49,152-word head. `device`: the engine checks its CPU; scripts/gpu_check.py asks the same of CUDA."""
     sets = []
     for seed in (0, 1):
         g = torch.Generator().manual_seed(seed)
-        sets.append((torch.randn(out_features, in_features, generator=g).to(dtype),
-                     torch.randn(CHECK_ROWS, in_features, generator=g).to(dtype)))
+        sets.append((torch.randn(out_features, in_features, generator=g).to(device, dtype),
+                     torch.randn(CHECK_ROWS, in_features, generator=g).to(device, dtype)))
     if all(_rows_hold(lambda a: F.linear(a, w), x) for w, x in sets):
         return 1
     for pieces in (p for p in range(2, MAX_PIECES + 1) if in_features % p == 0):
