@@ -32,7 +32,7 @@ from workers.rejection_sampler import SparseProbs, greedy_verify, rejection_samp
 from workers.request import Request, Status
 from workers.sampling import BatchSampling
 from workers.scheduler import Scheduler
-from workers.tensor_parallel import ProcessShardPeers, ShardPeers, init_group, shard_model
+from workers.tensor_parallel import ProcessShardPeers, ShardPeers, init_group, local_shard_devices, shard_model
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,8 @@ class LLMEngine:
                 raise ValueError("shard peers were given but tensor_parallel_size is 1")
             return None
         if peers is None:  # outside a cluster: the peers are local processes
-            peers = ProcessShardPeers(self.config)
+            gpus = torch.cuda.device_count() if self.model.device.type == "cuda" else 0
+            peers = ProcessShardPeers(self.config, devices=local_shard_devices(self.model.device, world, gpus))
         if peers.world_size != world:
             raise ValueError(f"tensor_parallel_size={world} but {peers.world_size} shard peers were given")
         init_group(0, world, peers.init_method)

@@ -167,10 +167,25 @@ def _serve_shard(config_json: str, rank: int, world: int, init_method: str, conn
             conn.send(repr(exc))
 
 
+def local_shard_devices(device: torch.device, world: int, gpus: int) -> list[str]:
+    """The device of each rank 0..world-1 when the shards are local processes: rank 0's CPU for every rank,
+    or one GPU each from rank 0's on. NCCL refuses two ranks on one GPU ("Duplicate GPU detected", seen on the
+    one-GPU H200 machine, 2026-12-04), so fewer GPUs than shards is an error here, not at the first step. In a
+    cluster Ray gives each shard its own GPU instead (cluster/shards.py)."""
+    if device.type != "cuda":
+        return [str(device)] * world
+    first = device.index or 0
+    if first + world > gpus:
+        raise ValueError(f"tensor_parallel_size={world} as local processes needs {world} GPUs from cuda:{first} "
+                         f"(one per shard), this machine has {gpus}: use device='cpu', fewer shards, or a cluster")
+    return [f"cuda:{first + r}" for r in range(world)]
+
+
 class ProcessShardPeers:
     """Ranks 1.. as local processes (spawned, one pipe each): tensor parallelism without a cluster."""
 
-    def __init__(self, config, timeout_s: float = 120.0) -> None:
+    def __init__(self, config, timeout_s: float = 120.0, devices: list[str] | None = None) -> None:
+        """`devices`: rank r's device (local_shard_devices); default: the config's for every rank."""
         import multiprocessing as mp
 
         self.world_size = config.tensor_parallel_size
@@ -184,7 +199,8 @@ class ProcessShardPeers:
         self._conns, self._procs = [], []
         for rank in range(1, self.world_size):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_serve_shard, args=(config.model_dump_json(), rank, self.world_size,
+            rank_config = config if devices is None else config.model_copy(update={"device": devices[rank]})
+            p = ctx.Process(target=_serve_shard, args=(rank_config.model_dump_json(), rank, self.world_size,
                                                        self.init_method, child), daemon=True, name=f"shard-{rank}")
             p.start()
             self._conns.append(parent)

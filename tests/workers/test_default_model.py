@@ -98,7 +98,7 @@ def test_two_tensor_parallel_shards_equal_one_in_float32():
     sp = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
     outs = []
     for tp in (1, 2):
-        eng = LLMEngine(EngineConfig(dtype="float32", tensor_parallel_size=tp, kv_cache_memory_gb=0.25))
+        eng = LLMEngine(EngineConfig(dtype="float32", device="cpu", tensor_parallel_size=tp, kv_cache_memory_gb=0.25))
         outs.append([r.output_ids for r in eng.generate(prompts, sp, chat=True)])
         if eng.shard_peers is not None:
             eng.shard_peers.close()

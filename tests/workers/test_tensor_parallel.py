@@ -3,7 +3,9 @@ import pytest
 
 from workers.config import EngineConfig, SamplingParams, SpecConfig
 from workers.engine import LLMEngine
-from workers.tensor_parallel import check_shardable, split_evenly
+import torch
+
+from workers.tensor_parallel import check_shardable, local_shard_devices, split_evenly
 
 
 def test_split_evenly_gives_the_larger_parts_first():
@@ -14,7 +16,7 @@ def test_split_evenly_gives_the_larger_parts_first():
 
 
 def _greedy(model, tp: int, spec: SpecConfig | None = None) -> tuple[list[list[int]], dict]:
-    eng = LLMEngine(EngineConfig(model=str(model), dtype="float32", tensor_parallel_size=tp,
+    eng = LLMEngine(EngineConfig(model=str(model), dtype="float32", tensor_parallel_size=tp, device="cpu",
                                  spec=spec or SpecConfig(), kv_cache_memory_gb=0.05))
     prompts = [[5, 6, 7, 8, 9, 10, 5, 6, 7], [11, 3, 4], list(range(3, 15)) * 3]
     out = [r.output_ids for r in eng.generate(prompts, SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))]
@@ -38,3 +40,13 @@ def test_tensor_parallel_needs_peers_of_the_right_size(tiny_target):
 
     with pytest.raises(ValueError, match="3 shard peers"):
         LLMEngine(EngineConfig(model=str(tiny_target), tensor_parallel_size=2), shard_peers=Peers())
+
+
+def test_local_shards_take_one_gpu_each_and_refuse_to_share_one():
+    """NCCL refuses two ranks on one GPU (the one-GPU H200 machine failed so at the first all-reduce): local
+    shard processes get a GPU each, and too few GPUs is a clear error before any process starts."""
+    assert local_shard_devices(torch.device("cpu"), 2, 0) == ["cpu", "cpu"]
+    assert local_shard_devices(torch.device("cuda"), 2, 2) == ["cuda:0", "cuda:1"]
+    assert local_shard_devices(torch.device("cuda:1"), 2, 4) == ["cuda:1", "cuda:2"]
+    with pytest.raises(ValueError, match="needs 2 GPUs from cuda:0 .* this machine has 1"):
+        local_shard_devices(torch.device("cuda"), 2, 1)
