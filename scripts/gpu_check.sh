@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 KEEP=/tmp/specfleet_gpu  # outlives a call while the machine stays warm
 mkdir -p "$KEEP/site"
 for f in .gpu/part*/gguf.xz.*; do [ -e "$f" ] && cp "$f" "$KEEP/"; done
-if [ -d .gpu/whl ]; then
+if [ -d .gpu/whl ] && [ ! -d "$KEEP/site/pydantic" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$KEEP/site" .gpu/whl/*.whl
 fi
 if [ -d .gpu/site ]; then cp -r .gpu/site/. "$KEEP/site/"; fi
