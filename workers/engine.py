@@ -67,13 +67,13 @@ class LLMEngine:
         self.model, hf_config = LlamaForward.load(folder, device, dtype, config.batch_invariant)
         self.shard_peers = self._shard(shard_peers)
         # bf16/fp16 blocks of small rows rely on GEMM rows that do not depend on M: checked per weight shape
-        # when the model loads (LlamaForward.plan_row_invariance). None: not checked (fp32, GPU, or off).
+        # when the model loads (LlamaForward.plan_row_invariance). None: not checked (fp32, or off).
         self.gemm_rows_invariant: bool | None = self.model.rows_invariant
         if self.model.k_parts:
-            log.info("this CPU's %s GEMM rows depend on the row count for %d weights: they run split along "
+            log.info("this machine's %s GEMM rows depend on the row count for %d weights: they run split along "
                      "their inputs (docs/architecture.md, batch-invariant verify path)", dtype, len(self.model.k_parts))
         if self.gemm_rows_invariant is False:
-            log.warning("this CPU's %s GEMM rows depend on the row count: greedy output may depend on the "
+            log.warning("this machine's %s GEMM rows depend on the row count: greedy output may depend on the "
                         "batch, with or without speculation (docs/architecture.md, batch-invariant verify "
                         "path)", dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
