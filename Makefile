@@ -39,17 +39,14 @@ test-fast: $(STAMP)
 bench: model
 	HF_HUB_OFFLINE=1 $(VENV)/bin/specfleet bench --repeat 3 --out benchmarks/results/engine_cpu.json
 
-# For the GPU machine (no Ray, no network): correctness tests of the engine + a two-minute benchmark.
-# `make gpu-assets` here first (pydantic wheels for Python 3.12 + the tokenizer), then send .gpu along.
+# For the GPU machine (no Ray, no network, 64 MiB a call): `make gpu-assets` builds .gpu/ (the default model's
+# GGUF in two parts, wheels for Python 3.12, the tokenizer, the ShareGPT turns); scripts/gpu_check.sh says
+# which two device calls carry what and run `bash scripts/gpu_check.sh 1` and `... 2` there.
 gpu-assets: model
-	mkdir -p .gpu/whl .gpu/tokenizer
-	$(PIP) download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .gpu/whl \
-	  pydantic==2.14.4 pydantic-core==2.50.5 annotated-types typing-inspection
-	cp $$(HF_HUB_OFFLINE=1 $(PY) -c "from workers.model_store import resolve_model; print(resolve_model(None))")/tokenizer* .gpu/tokenizer/
+	$(PY) scripts/gpu_assets.py
 
 gpu-check:
-	bash scripts/gpu_check.sh
+	bash scripts/gpu_check.sh $(PART)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
