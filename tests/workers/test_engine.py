@@ -5,7 +5,7 @@ from pydantic import ValidationError
 
 from workers.config import EngineConfig, SamplingParams, SpecConfig
 from workers.engine import InvalidRequestError, LLMEngine
-from workers.model_runner import pick_dtype
+from workers.model_runner import pick_device, pick_dtype
 
 
 def _engine(model, spec=None, **kw):
@@ -17,8 +17,9 @@ PROMPTS = [[1, 5, 6, 7, 5, 6, 7, 5, 6], [3, 4], [9, 10, 11, 12, 13, 14, 15, 9, 1
 
 def _kv_gb(blocks: int) -> float:
     """KV memory for `blocks` blocks of 16 tokens of the tiny models (128 KV values per token: 256 B in bf16,
-    512 B in fp32, as `dtype="auto"` picks on this CPU)."""
-    return blocks * 16 * 128 * torch.tensor([], dtype=pick_dtype("auto", torch.device("cpu"))).element_size() / 2**30
+    512 B in fp32, as `dtype="auto"` picks on the device the engine picks: bf16 on CUDA whatever the CPU)."""
+    dtype = pick_dtype("auto", pick_device("auto"))
+    return blocks * 16 * 128 * torch.tensor([], dtype=dtype).element_size() / 2**30
 
 
 def _greedy(n=24):
