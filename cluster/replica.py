@@ -124,10 +124,6 @@ class TargetReplica:
             s["budget"] = self.planner.stats()
         if self.remote_proposer is not None:
             s["drafter"] = self.remote_proposer.stats()
-        ada = self.engine.adaptive
-        if ada is not None and self.engine.num_steps:
-            s["adaptive"] = {"verified_per_step": ada.verified_positions / self.engine.num_steps,
-                             "offered_positions": ada.offered_positions, "drafted_positions": ada.drafted_positions}
         return s
 
 

@@ -115,6 +115,10 @@ def bench() -> dict:
         rows += [asdict(r) for r in got]
         done.append({"concurrency": c, "seconds": round(time.perf_counter() - t, 1)})
         print(f"c={c}: " + ", ".join(f"{r.mode}:{r.k} {r.output_tokens_per_s:.0f}" for r in got), flush=True)
+        from workers.bench import _ENGINES  # the engines run_bench keeps: what adaptive's probes cost so far
+
+        policy = {m: e.stats()["adaptive"] for (m, _, _), e in _ENGINES.items() if e.adaptive is not None}
+        done[-1]["adaptive_stats"] = policy
         _save({"bench": {"points": done, "rows": rows}}, "bench_partial")
     tables = OUT / "cost_tables"
     src = Path(os.environ.get("SPECFLEET_CACHE", Path.home() / ".cache" / "specfleet")) / "cost_tables"

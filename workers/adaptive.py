@@ -156,6 +156,12 @@ class AdaptiveVerifier:
         self.verified_positions = 0
         self.offered_positions = 0
         self.drafted_positions = 0
+        # what the idle path costs, for `stats` (counted only; nothing here steers the policy)
+        self.probes = 0
+        self.probe_draft_s = 0.0  # the drafter's seconds in steps that probed
+        self.probe_forward_over_s = 0.0  # their forward over a plain step's (pure decode probe steps)
+        self.observed_s = 0.0  # every observed step's wall seconds
+        self.idle_plans_held = 0  # plans `_idle_plan_holds` decided without computing
         self._prior = torch.ones(estimator.k)  # the running mean of the estimates: what the depth plan reads
         self._since_probe = 0  # depth plans since the last probe or the last plan that drafted
         self._since_probe_s = 0.0  # the engine's seconds since then (observed step times)
@@ -312,6 +318,7 @@ class AdaptiveVerifier:
         self._idle_plans += 1
         self._since_probe += 1
         self._catch_up, self._step_catch_up = {}, 0
+        self.idle_plans_held += 1
         return True
 
     def _drafting_plan_holds(self, reqs: list, plan: "ScheduledStep") -> bool:
@@ -361,6 +368,7 @@ class AdaptiveVerifier:
         if not self._probe_due(self._since_probe):
             return caps
         self._probe_priced = drafting_s
+        self.probes += 1
         self._since_probe, self._since_probe_s = 0, 0.0
         self._probe_share = max(self._probe_share / 2, PROBE_SHARE_MIN)
         caps = caps.clone()
@@ -528,6 +536,10 @@ class AdaptiveVerifier:
             self._observe_draft(draft_s, draft_requests, draft_depth)
         host_s = max(0.0, wall_s - forward_s - draft_s)
         if self._probe_priced is not None and draft_depth > 0:  # a probe ran: its drafter and extra host time
+            self.probe_draft_s += draft_s
+            if pure_decode:  # its forward against the plain step's lookup (all requests 1 row), as run now
+                plain_s = self.cost.lookup(requests, requests) * self._level.get(row, 1.0)
+                self.probe_forward_over_s += forward_s - plain_s
             ratio = (draft_s + max(0.0, host_s - self.overhead_s)) / max(self._probe_priced, 1e-12)
             ratio = min(max(ratio, PROBE_SCALE_BOUNDS[0]), PROBE_SCALE_BOUNDS[1])
             self._probe_scale += PROBE_SCALE_RATE * (ratio - self._probe_scale)
@@ -538,6 +550,21 @@ class AdaptiveVerifier:
             last = self._host_s[drafted]
             self._host_s[drafted] = host_s if last is None else last + 0.1 * (host_s - last)
         self._since_probe_s += wall_s
+        self.observed_s += wall_s
+
+    def stats(self, steps: int) -> dict[str, float | int]:
+        """The policy's counters over the engine's `steps`: positions verified per step, offered to the policy,
+        drafted, verified beyond the plan to explore; the probes (`PROBE_SHARE`), their drafter seconds and
+        their forwards' seconds over a plain step's, and that as a share of the observed time; the plans
+        held idle without computing. The probes' share is what they cost where nothing else drafts."""
+        probe_s = self.probe_draft_s + self.probe_forward_over_s
+        return {"verified_per_step": self.verified_positions / steps if steps else 0.0,
+                "offered_positions": self.offered_positions, "drafted_positions": self.drafted_positions,
+                "explored_positions": self.explored_positions, "probes": self.probes,
+                "probe_draft_s": round(self.probe_draft_s, 4),
+                "probe_forward_over_s": round(self.probe_forward_over_s, 4),
+                "probe_share": round(probe_s / self.observed_s, 5) if self.observed_s else 0.0,
+                "idle_plans_held": self.idle_plans_held}
 
     @property
     def draft_host_s(self) -> float:

@@ -340,4 +340,5 @@ class LLMEngine:
             "running": len(self.scheduler.running),
             "heap_trims": self.heap.trims,
             "heap_trim_seconds": round(self.heap.seconds, 3),
+            **({"adaptive": self.adaptive.stats(self.num_steps)} if self.adaptive is not None else {}),
         }

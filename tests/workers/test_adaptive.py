@@ -121,6 +121,33 @@ def test_probes_are_priced_at_what_probes_took():
     assert abs(av._probe_cost_s - (scales[-1] * DRAFT.lookup(1, 1) + row_s)) < 1e-9
 
 
+def test_stats_count_what_the_probes_cost():
+    """The counters behind `stats`: each probe, its drafter seconds and its forward over a plain step's
+    (pure decode probe steps), as a share of all observed seconds; the idle plans held without computing."""
+    est = LogisticEstimator(7, 3)
+    est.refits = est.warmup_refits
+    av = AdaptiveVerifier(CostTable(dict(TARGET.seconds)), est, DRAFT)  # its own table: pure decode steps refresh it
+    av._prior = torch.full((7,), 0.01)
+    req = _Req(req_id="r", tokens=[1] * 20)
+    plain = TARGET.lookup(1, 1)  # plain steps run as the table says, so the refresh leaves it as it is
+    steps, probes = 400, 0
+    for _ in range(steps):
+        plan = ScheduledStep(decodes=[(req, 7)])
+        av.plan_depths(plan)
+        if plan.decodes[0][1]:  # a probe: 5 ms of drafting, its forward 3 ms over a plain step's
+            probes += 1  # (no draft_requests: the shared DRAFT table is not refreshed by it)
+            av.observe_step(plain + 0.008, plain + 0.003, 0.005, 1, 2, True, 0, 1, ragged_extra=1)
+        else:
+            av.observe_step(plain, plain, 0.0, 1, 1, True)
+    st = av.stats(steps)
+    assert st["probes"] == probes >= 3
+    assert st["probe_draft_s"] == round(0.005 * probes, 4)
+    assert abs(st["probe_forward_over_s"] - 0.003 * probes) < 1e-6
+    observed = steps * plain + probes * 0.008
+    assert abs(st["probe_share"] - 0.008 * probes / observed) < 1e-4
+    assert 0 < st["idle_plans_held"] < steps - probes
+
+
 def test_the_trim_verifies_free_rows_without_searching(monkeypatch):
     """Two requests whose drafted rows fall in a row block the step computes anyway: the trim cannot save
     anything, so it verifies every drafted position without running its search (once the search's time is
