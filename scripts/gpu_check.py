@@ -7,8 +7,10 @@
   workers tests/workers on CUDA but the default model's (tiny random models; the tokenizer from .gpu/)
   lossless the default model's tests on CUDA: greedy output with n-gram, the trained draft and adaptive
           verification equal to no speculation, token for token
-  bench   the trained draft on ShareGPT prompts, sustained closed loop, concurrency 1, 8, 32, 128: no
-          speculation, fixed k in {2, 4, 7}, adaptive (k <= 7), interleaved, 2 repeats; stops at BENCH_UNTIL
+  bench   BENCH_METHOD (draft) on BENCH_WORKLOAD (sharegpt) prompts, sustained closed loop, concurrency
+          BENCH_CONCURRENCY (8, 32, 128; c=1 took 3.8 min on the H200 at one token a step): no speculation,
+          fixed k in {2, 4, 7}, adaptive (k <= 7), interleaved, 2 repeats, and adaptive's stats (what its
+          probes cost); a new point starts only before BENCH_UNTIL
 Usage (see scripts/gpu_check.sh): python3 scripts/gpu_check.py env gemm workers | model lossless bench
 """
 from __future__ import annotations
@@ -104,13 +106,14 @@ def bench() -> dict:
     from workers.bench import run_bench
 
     until = float(os.environ.get("BENCH_UNTIL", time.time() + 180))
-    modes = ["off", "draft:2", "draft:4", "draft:7", "draft:7:adaptive"]
+    method, workload = os.environ.get("BENCH_METHOD", "draft"), os.environ.get("BENCH_WORKLOAD", "sharegpt")
+    modes = ["off"] + [f"{method}:{k}" for k in (2, 4, 7)] + [f"{method}:7:adaptive"]
     rows, done = [], []
-    for c in [int(x) for x in os.environ.get("BENCH_CONCURRENCY", "1,8,32,128").split(",")]:
+    for c in [int(x) for x in os.environ.get("BENCH_CONCURRENCY", "8,32,128").split(",")]:
         if time.time() > until:
             break
         t = time.perf_counter()
-        got = run_bench(["sharegpt"], [c], modes, 7, 48, [], 2, 0, "auto", None, repeat=2, sustained=True,
+        got = run_bench([workload], [c], modes, 7, 48, [], 2, 0, "auto", None, repeat=2, sustained=True,
                         kv_cache_memory_gb=float(os.environ.get("BENCH_KV_GB", 8)), min_requests=16, interleave=1)
         rows += [asdict(r) for r in got]
         done.append({"concurrency": c, "seconds": round(time.perf_counter() - t, 1)})
