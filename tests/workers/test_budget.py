@@ -220,6 +220,17 @@ def test_ragged_lookup_interpolates_in_rows_and_is_zero_without_drafts():
     assert CostTable({(1, 1): 0.04}).ragged_array(4, np.array([3])).tolist() == [0.0]  # old tables: none
 
 
+def test_a_noisy_ragged_cell_never_makes_more_rows_look_cheaper():
+    """The H200's table (benchmarks/results/gpu_check_h200_4119ce9.json) had, at 32 requests, 40 ms over the
+    uniform lookup for 1 extra row and 22 ms for 7: read as measured, verifying 7 rows looked cheaper than 1.
+    The lookup pools such cells (as the uniform curves are pooled in tokens); ordered cells stay as they are."""
+    t = CostTable({(4, 4): 0.015, (4, 8): 0.016, (32, 32): 0.017, (32, 64): 0.021},
+                  ragged={(32, 1): 0.040, (32, 7): 0.022, (4, 1): 0.004, (4, 7): 0.010})
+    priced = t.ragged_array(32, np.array([1, 4, 7]))
+    assert np.allclose(priced, 0.031) and (np.diff(priced) >= 0).all()
+    assert t.ragged_array(4, np.array([1, 7])).round(4).tolist() == [0.004, 0.010]
+
+
 def test_a_ragged_step_must_pay_for_itself_a_uniform_one_does_not_pay_it():
     """One doubtful draft that would pay at the uniform price is dropped once the step's raggedness is
     priced; when every request verifies the same count the step stays uniform and pays nothing extra."""
