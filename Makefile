@@ -41,7 +41,7 @@ bench: model
 
 # For the GPU machine (no Ray, no network, 64 MiB a call): `make gpu-assets` builds .gpu/ (the default model's
 # GGUF in two parts, wheels for Python 3.12, the tokenizer, the ShareGPT turns); scripts/gpu_check.sh says
-# which two device calls carry what and run `bash scripts/gpu_check.sh 1` and `... 2` there.
+# which two device calls carry what and run `bash scripts/gpu_check.sh 1` and `... 2` (make gpu-check PART=N).
 gpu-assets: model
 	$(PY) scripts/gpu_assets.py
 

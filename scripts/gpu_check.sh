@@ -5,9 +5,10 @@
 #   call 1  carry [".gpu/whl", ".gpu/tok", ".gpu/part1"]           command: bash scripts/gpu_check.sh 1
 #   call 2  carry [".gpu/part2", ".gpu/site", ".gpu/gguf.sha256", ".gpu/first_turns.sha256"]
 #                                                                  command: bash scripts/gpu_check.sh 2
-# Call 1 checks the GEMMs and runs the tests of tiny models; call 2 joins the model and runs its tests and the
-# benchmark (scripts/gpu_check.py says what each stage does). The working tree is ~19 MB: with a part (45 MB) and the
-# wheels that is at the limit, so move benchmarks/results/ and docs/*.png aside for the calls (git restores them).
+# Call 1 checks the GEMMs and runs the tests of tiny models; call 2 joins the model and runs its tests and
+# the benchmark (scripts/gpu_check.py says what each stage does). The working tree is ~19 MB: with a part
+# (45 MB) and the wheels that is at the limit, so move benchmarks/results/ and docs/*.png aside for the
+# calls (git restores them). Environment: STAGES, BENCH_SECONDS, and gpu_check.py's BENCH_* variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEEP=/tmp/specfleet_gpu  # outlives a call while the machine stays warm
@@ -30,6 +31,7 @@ case "${1:-}" in
      cat "$KEEP"/gguf.xz.1 "$KEEP"/gguf.xz.2 | python3 -c \
        "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), open(sys.argv[1], 'wb'))" "$G"
      echo "$(cat .gpu/gguf.sha256)  $G" | sha256sum -c
-     BENCH_UNTIL=$(( $(date +%s) + ${BENCH_SECONDS:-420} )) python3 scripts/gpu_check.py ${STAGES:-model lossless bench} ;;
+     export BENCH_UNTIL=$(( $(date +%s) + ${BENCH_SECONDS:-420} ))  # no bench point starts after it
+     python3 scripts/gpu_check.py ${STAGES:-model lossless bench} ;;
   *) echo "usage: bash scripts/gpu_check.sh 1|2" >&2; exit 2 ;;
 esac

@@ -1,10 +1,9 @@
 """Tensor-parallel target shards (local processes, gloo): same greedy output as one shard."""
 import pytest
+import torch
 
 from workers.config import EngineConfig, SamplingParams, SpecConfig
 from workers.engine import LLMEngine
-import torch
-
 from workers.tensor_parallel import check_shardable, local_shard_devices, split_evenly
 
 
