@@ -44,6 +44,11 @@ def wheels() -> None:
                     "--platform", "manylinux2014_x86_64", "-d", str(GPU / "whl"), *WHEELS], check=True)
 
 
+def first_turns_digest(turns: tuple[str, ...]) -> str:
+    """What scripts/gpu_check.py compares there: the turns the assets were built from."""
+    return hashlib.sha256("\x00".join(turns).encode()).hexdigest()
+
+
 def sharegpt_shim() -> None:
     from workers.workloads import _sharegpt_first_turns
 
@@ -54,8 +59,7 @@ def sharegpt_shim() -> None:
     records = [{"conversations": [{"from": "human", "value": t}]} for t in turns]
     with gzip.open(pkg / "first_turns.json.gz", "wt", encoding="utf-8") as f:
         json.dump(records, f)
-    digest = hashlib.sha256("\x00".join(turns).encode()).hexdigest()
-    (GPU / "first_turns.sha256").write_text(digest + "\n")
+    (GPU / "first_turns.sha256").write_text(first_turns_digest(turns) + "\n")
 
 
 def tokenizer() -> None:

@@ -63,14 +63,13 @@ def gemm() -> dict:
 def model() -> dict:
     from workers.model_store import prepare_default_model
 
-    import hashlib
-
+    from gpu_assets import first_turns_digest  # same folder: this runs as a script
     from workers.workloads import _sharegpt_first_turns
 
     t = time.perf_counter()
     folder = prepare_default_model()
     want = (ROOT / ".gpu" / "first_turns.sha256").read_text().strip()
-    turns = hashlib.sha256("\x00".join(_sharegpt_first_turns()).encode()).hexdigest()
+    turns = first_turns_digest(_sharegpt_first_turns())
     if turns != want:
         raise RuntimeError("the ShareGPT first turns here differ from the ones the assets were built from")
     return {"folder": str(folder), "prepare_s": round(time.perf_counter() - t, 1), "first_turns_sha256": turns}

@@ -95,9 +95,8 @@ class LlamaForward:
             return
         self.rows_invariant = True
         weights = [w for lw in self.layers for w in (lw.qkv, lw.o, lw.gate_up, lw.down)] + [self.lm_head]
-        device = "cpu" if self.device.type == "cpu" else str(self.device)
         for w in weights:
-            pieces = invariant_pieces(self.dtype, w.shape[1], w.shape[0], device)
+            pieces = invariant_pieces(self.dtype, w.shape[1], w.shape[0], str(self.device))
             if pieces is None:
                 self.rows_invariant = False
             elif pieces > 1:
