@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from workers.attention import SMALL_ROWS
-from workers.budget import choose_verify_lengths, plan_verify_lengths, survival
+from workers.budget import choose_verify_lengths, drafting_cannot_pay, plan_verify_lengths, step_seconds, survival
 from workers.cost_table import (DEFAULT_EXTRA_TOKENS, RAGGED_EXTRA, CostTable, GroupCostFit, hardware_key,
                                 load_or_measure)
 from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
@@ -162,6 +162,7 @@ class AdaptiveVerifier:
         self.probe_forward_over_s = 0.0  # their forward over a plain step's (pure decode probe steps)
         self.observed_s = 0.0  # every observed step's wall seconds
         self.idle_plans_held = 0  # plans `_idle_plan_holds` decided without computing
+        self.idle_plans_bounded = 0  # plans `_cannot_pay` decided without the search
         self._prior = torch.ones(estimator.k)  # the running mean of the estimates: what the depth plan reads
         self._since_probe = 0  # depth plans since the last probe or the last plan that drafted
         self._since_probe_s = 0.0  # the engine's seconds since then (observed step times)
@@ -256,6 +257,9 @@ class AdaptiveVerifier:
             prefill_tokens = sum(c for _, c in plan.prefills)
             if key == self._idle_key and self._idle_plans < PROBE_EVERY:  # only a probe gets here
                 caps, self._idle_plans = torch.zeros_like(n), self._idle_plans + 1
+            elif self.capacity_planner is None and self._cannot_pay(reqs, n.tolist(), rows, plan, row, calibrated):
+                caps, self._idle_key, self._idle_plans, self._held = torch.zeros_like(n), key, 0, None
+                self.idle_plans_bounded += 1
             else:
                 # survival scaled per position by what drafts delivered (non-increasing still: a prefix)
                 rated = self._rated(scores, row, mixed=bool(plan.prefills), calibrated=calibrated)
@@ -294,6 +298,35 @@ class AdaptiveVerifier:
         if gauged:
             drafted = torch.arange(scores.shape[1])[None, :] < depths[:, None]  # [B, K]
             self._planned_mixed = (row, scores * drafted, drafted)
+
+    def _cannot_pay(self, reqs: list, depths: list[int], extra: list[int], plan: "ScheduledStep", row: int,
+                    calibrated: bool) -> bool:
+        """The search's bound (`budget.drafting_cannot_pay`) says no draft pays, read from the running mean
+        alone: every request's survival is the same curve cut at its depth, so the ranked scores are that curve
+        (rated as `_rated` does) with each value repeated as often as requests may draft that deep, and the least
+        catch-up is a loop over the requests. The search then plans nothing too, but pays ~0.3 ms for the [B, K]
+        tensors and the bound's inputs before it gets there: at c=32 half the plans were such idle ones, ~0.6 ms
+        each (trained draft, ShareGPT, this CPU; ad-hoc timers), which on an H200's ~25 ms step is ~1%."""
+        K = self._prior.shape[0]
+        curve = survival(self._prior[None], torch.tensor([K]))  # [1, K]
+        rated = self._rated(curve, row, mixed=bool(plan.prefills), calibrated=calibrated)[0].double().numpy()
+        by_depth = np.bincount(np.minimum(depths, K), minlength=K + 1)  # requests per allowed depth
+        ranked = np.repeat(rated, by_depth[::-1].cumsum()[::-1][1:])  # non-increasing: already ranked
+        ranked = ranked[ranked > 0]
+        if not len(ranked):
+            return True
+        B, prefill_tokens = len(reqs), sum(c for _, c in plan.prefills)
+        sums = np.concatenate([[0.0], curve[0].double().numpy().cumsum()])  # unrated, as the horizon reads them
+        row_s = self._catch_up_row_s(B)
+        least = min(row_s * e / min(max(max(r.max_tokens - r.num_output, 1) / (1.0 + sums[d]), 1.0),
+                                    CATCH_UP_HORIZON) for r, d, e in zip(reqs, depths, extra) if d > 0)
+        drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
+        step_s = step_seconds(self.cost, B + len(plan.prefills), B + prefill_tokens, B, len(ranked),
+                              self.overhead_s, decode_rows_floor=bool(plan.prefills))
+        scales = self.calibration.scales(row) if calibrated else {"plain_scale": 1.0, "spec_scale": 1.0}
+        return drafting_cannot_pay(ranked, step_s, self._base_emitted(plan, B + prefill_tokens),
+                                   scales["plain_scale"], scales["spec_scale"],
+                                   drafting * self.draft_cost.lookup(B, B) + self.draft_host_s, drafting * least)
 
     def _rated(self, scores: torch.Tensor, row: int, mixed: bool, calibrated: bool) -> torch.Tensor:  # [B, K]
         """The survival the depth plan counts on, scaled per position by what such drafts delivered
@@ -555,8 +588,8 @@ class AdaptiveVerifier:
     def stats(self, steps: int) -> dict[str, float | int]:
         """The policy's counters over the engine's `steps`: positions verified per step, offered to the policy,
         drafted, verified beyond the plan to explore; the probes (`PROBE_SHARE`), their drafter seconds and
-        their forwards' seconds over a plain step's, and that as a share of the observed time; the plans
-        held idle without computing. The probes' share is what they cost where nothing else drafts."""
+        their forwards' seconds over a plain step's, and that as a share of the observed time; the idle
+        plans held without computing and those the bound decided without the search. The probes' share is what they cost where nothing else drafts."""
         probe_s = self.probe_draft_s + self.probe_forward_over_s
         return {"verified_per_step": self.verified_positions / steps if steps else 0.0,
                 "offered_positions": self.offered_positions, "drafted_positions": self.drafted_positions,
@@ -564,7 +597,7 @@ class AdaptiveVerifier:
                 "probe_draft_s": round(self.probe_draft_s, 4),
                 "probe_forward_over_s": round(self.probe_forward_over_s, 4),
                 "probe_share": round(probe_s / self.observed_s, 5) if self.observed_s else 0.0,
-                "idle_plans_held": self.idle_plans_held}
+                "idle_plans_held": self.idle_plans_held, "idle_plans_bounded": self.idle_plans_bounded}
 
     @property
     def draft_host_s(self) -> float:

@@ -102,17 +102,10 @@ def plan_verify_lengths(
     flat = scores.detach().cpu().numpy().astype(np.float64).ravel()
     order = _ranked(flat, K)  # [n] every candidate position, best first
     n = len(order)
-    if prefill_tokens > 0 or decode_rows_floor:  # the step without drafts, plus the drafts' rows as decode rows
-        as_decode = (cost.lookup(num_requests, base_tokens) + fixed_s - cost.lookup(B, B)
-                     + cost.lookup_array(B, B + np.arange(n + 1)))
-    if prefill_tokens > 0:  # (see above)
-        step_s = as_decode
-    else:
-        step_s = cost.lookup_array(num_requests, base_tokens + np.arange(n + 1)) + fixed_s  # by positions taken
-        if decode_rows_floor:  # see the docstring
-            step_s = np.maximum(step_s, as_decode)
-    if n == 0 or (draft_step_s > 0 and _drafting_cannot_pay(flat[order], step_s, base_emitted, plain_scale,
-                                                            spec_scale, draft_step_s + draft_host_s, request_s)):
+    step_s = step_seconds(cost, num_requests, base_tokens, B, n, fixed_s, prefill_tokens, decode_rows_floor)
+    least_own = max(float(request_s.min()), 0.0) if request_s is not None else 0.0
+    if n == 0 or (draft_step_s > 0 and drafting_cannot_pay(flat[order], step_s, base_emitted, plain_scale,
+                                                           spec_scale, draft_step_s + draft_host_s, least_own)):
         return VerifyPlan(torch.zeros(B, dtype=torch.long), float(step_s[0]))
     # every (catch-up limit, depth cap) at once: which ranked positions each may take  [L, C, n]
     depth = order % K + 1
@@ -167,14 +160,28 @@ def _one_request(scores: list[float], cost: CostTable, num_requests: int, base_t
     return VerifyPlan(torch.tensor([best]), float(seconds))
 
 
-def _drafting_cannot_pay(ranked: np.ndarray, step_s: np.ndarray, base_emitted: float, plain_scale: float,
-                         spec_scale: float, drafting_s: float, request_s: torch.Tensor | None) -> bool:
+def step_seconds(cost: CostTable, num_requests: int, base_tokens: int, B: int, n: int, fixed_s: float,
+                 prefill_tokens: int = 0, decode_rows_floor: bool = False) -> np.ndarray:  # [n + 1]
+    """The step's seconds with 0..n drafted rows taken (`plan_verify_lengths` says how rows are priced next to
+    a prefill chunk and what `decode_rows_floor` means)."""
+    if prefill_tokens > 0 or decode_rows_floor:  # the step without drafts, plus the drafts' rows as decode rows
+        as_decode = (cost.lookup(num_requests, base_tokens) + fixed_s - cost.lookup(B, B)
+                     + cost.lookup_array(B, B + np.arange(n + 1)))
+        if prefill_tokens > 0:
+            return as_decode
+    step_s = cost.lookup_array(num_requests, base_tokens + np.arange(n + 1)) + fixed_s  # by positions taken
+    return np.maximum(step_s, as_decode) if decode_rows_floor else step_s
+
+
+def drafting_cannot_pay(ranked: np.ndarray, step_s: np.ndarray, base_emitted: float, plain_scale: float,
+                        spec_scale: float, drafting_s: float, least_own: float) -> bool:
     """No choice of the depth plan's search beats not drafting, by a bound that costs a few array ops: m
-    positions emit at most the m best scores (`ranked`), and cost at least the step with m more rows, one draft
-    iteration with its host time (`drafting_s`) and the smallest catch-up. The search is 0.4 ms a call at c=32
-    (~7,800 candidate sets), and there nothing drafts: the bound decides those plans alone, with the same result."""
-    least_own = max(float(request_s.min()), 0.0) if request_s is not None else 0.0
-    rate = (base_emitted + np.cumsum(ranked)) / ((step_s[1:] + drafting_s + least_own) * spec_scale)
+    positions emit at most the m best scores (`ranked`, [n]), and cost at least the step with m more rows
+    (`step_s`, [>= n + 1]), one draft iteration with its host time (`drafting_s`) and the smallest catch-up
+    of a request that may draft (`least_own`). The search is 0.4 ms a call at c=32 (~7,800 candidate sets),
+    and there nothing drafts: the bound decides those plans alone, with the same result."""
+    n = len(ranked)
+    rate = (base_emitted + np.cumsum(ranked)) / ((step_s[1:n + 1] + drafting_s + least_own) * spec_scale)
     return float(rate.max()) <= base_emitted / (step_s[0] * plain_scale)
 
 

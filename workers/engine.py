@@ -23,7 +23,7 @@ from workers.cost_table import extra_groups, ragged_extra
 from workers.detokenizer import IncrementalDetokenizer
 from workers.heap import HeapTrimmer
 from workers.llama import LlamaForward
-from workers.metrics import LatencyStats, SpecStats
+from workers.metrics import LatencyStats, SpecStats, StepTimes
 from workers.model_runner import ModelRunner, StepChunk, pick_device, pick_dtype
 from workers.model_store import resolve_model
 from workers.proposers.base import DraftInput, Proposal, Proposer
@@ -91,6 +91,8 @@ class LLMEngine:
         self.requests: dict[str, Request] = {}
         self.spec_stats = SpecStats()
         self.latency = LatencyStats()
+        self.step_times = StepTimes()  # where the steps' time went (stats()["step_times"])
+        self._policy_s = 0.0  # this step's adaptive verifier calls
         self.num_steps = 0
         self.heap = HeapTrimmer(config.heap_trim_interval_s)
         self._ids = itertools.count()
@@ -168,14 +170,19 @@ class LLMEngine:
         if plan.empty:
             self.heap.maybe_trim()
             return self._collect_outputs()
+        self._policy_s = 0.0
         if self.adaptive is not None:
+            t = time.perf_counter()
             self.adaptive.plan_depths(plan)
+            self._policy_s += time.perf_counter() - t
         t_draft = time.perf_counter()
         proposal = self._propose(plan.decodes)
         draft_s = time.perf_counter() - t_draft
         draft_depth = int(proposal.num_drafts.max()) if proposal is not None and len(plan.decodes) else 0
         if self.adaptive is not None and proposal is not None:
+            t = time.perf_counter()
             self.adaptive.trim(proposal, plan)
+            self._policy_s += time.perf_counter() - t
         chunks, verify = [], []  # verify: (row in the proposal or -1, request, drafts, first logits row)
         row = 0
         for b, (req, _) in enumerate(plan.decodes):
@@ -205,12 +212,16 @@ class LLMEngine:
             if req.status is Status.RUNNING:
                 self.scheduler.commit_full_blocks(req)
         if self.adaptive is not None:
+            t = time.perf_counter()
             rows = [len(c.token_ids) for c in chunks]
-            self.adaptive.observe_step(time.perf_counter() - t_start, forward_s, draft_s, len(chunks), sum(rows),
+            self.adaptive.observe_step(t - t_start, forward_s, draft_s, len(chunks), sum(rows),
                                        not plan.prefills, len(plan.decodes), draft_depth, ragged_extra(rows),
                                        extra_groups(rows))
+            self._policy_s += time.perf_counter() - t
         self.heap.maybe_trim()
-        return self._collect_outputs()
+        outputs = self._collect_outputs()
+        self.step_times.observe(time.perf_counter() - t_start, forward_s, draft_s, self._policy_s)
+        return outputs
 
     def _propose(self, decodes: list[tuple[Request, int]]) -> Proposal | None:
         """None when no request may draft: the proposer is not called (its copies of the requests' tokens
@@ -250,7 +261,9 @@ class LLMEngine:
             out, num_acc = rejection_sample(logits[rows], drafts.to(dev), num_draft, probs, sampling)
         out_l, acc_l = out.tolist(), num_acc.tolist()  # the step's one host sync
         if self.adaptive is not None and proposal is not None:
+            t = time.perf_counter()
             self.adaptive.learn(proposal, verify, acc_l)
+            self._policy_s += time.perf_counter() - t
         now = time.perf_counter()
         for (b, req, n, _), toks, a in zip(verify, out_l, acc_l):
             if b >= 0:  # a decode step: the input token and the accepted drafts now have valid KV
@@ -332,6 +345,7 @@ class LLMEngine:
         return {
             "spec_decode": self.spec_stats.to_dict(),
             "latency": self.latency.to_dict(),
+            "step_times": self.step_times.to_dict(),
             "num_steps": self.num_steps,
             "kv_blocks_used": pool.num_used,
             "kv_blocks_total": pool.num_blocks,

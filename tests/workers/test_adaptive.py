@@ -146,6 +146,7 @@ def test_stats_count_what_the_probes_cost():
     observed = steps * plain + probes * 0.008
     assert abs(st["probe_share"] - 0.008 * probes / observed) < 1e-4
     assert 0 < st["idle_plans_held"] < steps - probes
+    assert 0 < st["idle_plans_bounded"] <= steps - probes - st["idle_plans_held"]  # those the bound decided
 
 
 def test_the_trim_verifies_free_rows_without_searching(monkeypatch):
@@ -480,12 +481,53 @@ def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
     try:
         for _ in range(PROBE_EVERY - 1):  # the first probe comes at plan PROBE_EVERY
             _depth(av, req)
-        assert len(calls) == 1
+        assert len(calls) + av.idle_plans_bounded == 1  # computed once (here the bound decides it)
         other = _Req(req_id="o", tokens=[1] * 20)
         av.plan_depths(ScheduledStep(decodes=[(req, 7), (other, 7)]))
-        assert len(calls) == 2
+        assert len(calls) + av.idle_plans_bounded == 2
     finally:
         adaptive_module.plan_verify_lengths = real
+
+
+def test_the_bound_read_from_the_running_mean_changes_no_depth_plan(monkeypatch):
+    """Idle plans decided by `_cannot_pay` before any [B, K] tensor is built are the search's: random running
+    means, batches (depths, catch-ups, outputs left), prefill chunks, calibration and drafting prices plan the
+    same caps with and without it, and it decides a good share of them."""
+    gen = torch.Generator().manual_seed(2)
+    cases = []
+    for i in range(200):
+        B = int(torch.randint(1, 12, (1,), generator=gen))
+        prior = torch.rand(7, generator=gen) ** int(torch.randint(1, 4, (1,), generator=gen))
+        reqs = [_Req(req_id=f"r{i}-{b}", tokens=[1] * int(torch.randint(2, 80, (1,), generator=gen)),
+                     max_tokens=int(torch.randint(1, 200, (1,), generator=gen)), num_prompt=1) for b in range(B)]
+        drafted = {r.req_id: (len(r.tokens) - int(torch.randint(0, 3, (1,), generator=gen)), 2)
+                   for r in reqs if float(torch.rand(1, generator=gen)) < 0.7}
+        depths = torch.randint(0, 8, (B,), generator=gen).tolist()
+        prefills = [PREFILL] if float(torch.rand(1, generator=gen)) < 0.4 else []
+        draft_s = 0.0005 + 0.01 * float(torch.rand(1, generator=gen))
+        cases.append((prior, reqs, drafted, depths, prefills, draft_s, bool(i % 2)))
+
+    def plans() -> list[list[int]]:
+        out = []
+        for prior, reqs, drafted, depths, prefills, draft_s, calibrate in cases:
+            est = LogisticEstimator(7, 3)
+            est.refits = est.warmup_refits
+            draft = CostTable({(r, t): draft_s * (1 + 0.05 * t) for r in (1, 4, 16) for t in (r, 17 * r)})
+            av = AdaptiveVerifier(MIXED_TABLE, est, draft, calibrate=calibrate)
+            av._prior, av._drafted_at, av.overhead_s = prior.clone(), dict(drafted), 0.003
+            plan = ScheduledStep(decodes=list(zip(reqs, depths)), prefills=prefills)
+            av.plan_depths(plan)
+            out.append([d for _, d in plan.decodes])
+        return out
+
+    calls = []
+    real = AdaptiveVerifier._cannot_pay
+    monkeypatch.setattr(AdaptiveVerifier, "_cannot_pay", lambda *a: calls.append(real(*a)) or calls[-1])
+    bounded = plans()
+    monkeypatch.setattr(AdaptiveVerifier, "_cannot_pay", lambda *a: False)
+    assert bounded == plans()
+    assert 20 < sum(calls) < len(calls) - 20  # both outcomes are exercised
+    assert sum(any(p) for p in bounded) > 20
 
 
 def test_an_ngram_verifier_verifies_one_whole_draft_every_few_trims():

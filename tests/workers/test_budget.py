@@ -331,7 +331,7 @@ def test_a_long_catch_up_keeps_that_request_from_drafting_not_the_others():
 
 
 def test_the_bound_that_skips_the_depth_plans_search_changes_no_plan(monkeypatch):
-    """Where drafting cannot pay by the bound (budget._drafting_cannot_pay), the search would have drafted
+    """Where drafting cannot pay by the bound (budget.drafting_cannot_pay), the search would have drafted
     nothing too: random batches, tables, draft prices, catch-ups and steps that prefill plan the same with and
     without it, and the bound decides a good share of them alone."""
     import workers.budget as budget
@@ -349,8 +349,8 @@ def test_the_bound_that_skips_the_depth_plans_search_changes_no_plan(monkeypatch
                   decode_rows_floor=bool(prefill), spec_scale=0.9 + 0.2 * float(torch.rand(1, generator=gen)))
         cases.append((scores, table, B + bool(prefill), B + prefill, float(B), kw))
     bounded = [plan_verify_lengths(*c[:5], **c[5]) for c in cases]
-    decided = sum(budget._drafting_cannot_pay(*_bound_inputs(c)) for c in cases if bool((c[0] > 0).any()))
-    monkeypatch.setattr(budget, "_drafting_cannot_pay", lambda *a, **k: False)
+    decided = sum(budget.drafting_cannot_pay(*_bound_inputs(c)) for c in cases if bool((c[0] > 0).any()))
+    monkeypatch.setattr(budget, "drafting_cannot_pay", lambda *a, **k: False)
     searched = [plan_verify_lengths(*c[:5], **c[5]) for c in cases]
     assert all(torch.equal(a.lengths, b.lengths) and a.seconds == b.seconds for a, b in zip(bounded, searched))
     assert 30 < decided < 270  # both outcomes are exercised
@@ -385,16 +385,15 @@ def test_the_one_request_verify_choice_is_the_search_s():
 
 def _bound_inputs(case) -> tuple:
     """The bound's arguments for one case of the test above, as plan_verify_lengths builds them."""
+    import workers.budget as budget
     scores, table, requests, base_tokens, emitted, kw = case
     B, K = scores.shape
     flat = scores.numpy().astype(np.float64).ravel()
     ranked = flat[_ranked(flat, K)]
-    n = len(ranked)
-    step_s = table.lookup_array(requests, base_tokens + np.arange(n + 1)) + kw["fixed_s"]
-    if kw["decode_rows_floor"]:
-        step_s = np.maximum(step_s, table.lookup(requests, base_tokens) + kw["fixed_s"] - table.lookup(B, B)
-                            + table.lookup_array(B, B + np.arange(n + 1)))
-    return (ranked, step_s, emitted, 1.0, kw["spec_scale"], kw["draft_step_s"] + kw["draft_host_s"], kw["request_s"])
+    step_s = budget.step_seconds(table, requests, base_tokens, B, len(ranked), kw["fixed_s"],
+                                 decode_rows_floor=kw["decode_rows_floor"])
+    return (ranked, step_s, emitted, 1.0, kw["spec_scale"], kw["draft_step_s"] + kw["draft_host_s"],
+            float(kw["request_s"].min()))
 
 
 def test_fixed_step_overhead_makes_speculation_more_attractive():

@@ -170,4 +170,8 @@ def test_adaptive_verification_is_lossless_and_trims(tiny_target, tiny_draft, tm
         assert [r.output_ids for r in eng.generate(PROMPTS * 3, _greedy())] == base * 3, spec.method
         assert eng.adaptive.offered_positions > 0
         assert eng.runner.pool.num_used == 0
+        times = eng.stats()["step_times"]  # every step's time, split: forward, drafter, policy, the rest
+        assert times["steps"] == eng.num_steps and times["policy_ms"] > 0 and times["forward_ms"] > 0
+        parts = times["forward_ms"] + times["draft_ms"] + times["policy_ms"] + times["other_ms"]
+        assert abs(parts - times["wall_ms"]) < 0.01 and times["other_ms"] > 0
     assert list((tmp_path / "cost_tables").glob("*.json"))  # persisted: a restart reuses it
