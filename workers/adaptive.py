@@ -6,7 +6,9 @@ table, and the drafts are trimmed to those prefixes. After verification the outc
 """
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -240,26 +242,36 @@ class AdaptiveVerifier:
             return
         if self._drafting_plan_holds(reqs, plan):
             return
-        n = torch.tensor([d for _, d in plan.decodes])
-        scores = survival(self._prior.expand(len(reqs), -1), n)  # the running mean for all (see `_prior`)
-        caps, gauged = n, False
+        depths = [d for _, d in plan.decodes]
         # `calibration`: pure decode steps; steps that also prefill: `mixed_calibration` ("Mixed steps" above)
         calibrated, row = self.calibrate and not plan.prefills, self.cost.nearest_requests(len(reqs))
         self._catch_up, self._step_catch_up = {}, 0
-        if self.draft_cost is not None and self.estimator_ready:
+        planning = self.draft_cost is not None and self.estimator_ready
+        if planning:
             B = len(reqs)
             rows = self._note_catch_ups(reqs)
-            extra = torch.tensor(rows)  # [B] rows beyond the usual 1
             # a plan that drafted nothing changes no estimate, and the catch-ups only grow: until the batch
             # changes, the same plan holds (re-checked every PROBE_EVERY plans as the cost tables refresh).
             # The plan was ~0.4 ms of a 43 ms step at c=1, where the trained draft pays nowhere.
             key = (tuple(r.req_id for r in reqs), bool(plan.prefills))
             prefill_tokens = sum(c for _, c in plan.prefills)
-            if key == self._idle_key and self._idle_plans < PROBE_EVERY:  # only a probe gets here
+            step = (B + len(plan.prefills), B + prefill_tokens)
+            idle = key == self._idle_key and self._idle_plans < PROBE_EVERY  # only a probe gets here
+            if self.capacity_planner is None and (idle or self._cannot_pay(reqs, depths, rows, plan, row, calibrated)):
+                if idle:
+                    self._idle_plans += 1
+                else:
+                    self._idle_key, self._idle_plans, self._held = key, 0, None
+                    self.idle_plans_bounded += 1
+                self._plan_idle(plan, reqs, depths, rows, step, row, calibrated)
+                return
+        n = torch.tensor(depths)
+        scores = survival(self._prior.expand(len(reqs), -1), n)  # the running mean for all (see `_prior`)
+        caps, gauged = n, False
+        if planning:
+            extra = torch.tensor(rows)  # [B] rows beyond the usual 1
+            if idle:
                 caps, self._idle_plans = torch.zeros_like(n), self._idle_plans + 1
-            elif self.capacity_planner is None and self._cannot_pay(reqs, n.tolist(), rows, plan, row, calibrated):
-                caps, self._idle_key, self._idle_plans, self._held = torch.zeros_like(n), key, 0, None
-                self.idle_plans_bounded += 1
             else:
                 # survival scaled per position by what drafts delivered (non-increasing still: a prefix)
                 rated = self._rated(scores, row, mixed=bool(plan.prefills), calibrated=calibrated)
@@ -267,8 +279,7 @@ class AdaptiveVerifier:
                 amortised = catch_up_s / self._catch_up_horizon(reqs, scores)
                 iteration_s = self.draft_cost.lookup(B, B)
                 drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
-                chosen = plan_verify_lengths(rated, self.cost, B + len(plan.prefills),
-                                             B + prefill_tokens, self._base_emitted(plan, B + prefill_tokens),
+                chosen = plan_verify_lengths(rated, self.cost, *step, self._base_emitted(plan, step[1]),
                                              self.overhead_s, drafting * iteration_s,
                                              drafting * amortised, draft_host_s=self.draft_host_s,
                                              decode_rows_floor=bool(plan.prefills),
@@ -284,12 +295,12 @@ class AdaptiveVerifier:
                 self._idle_key, self._idle_plans = (None if drafts else key), 0
                 self._held = (key, caps, self._planned, self._prior, 0) if drafts and not plan.prefills else None
             # a probe's estimates reset the idle plan (`_remember`)
-            probe = self._maybe_probe(caps, [d for _, d in plan.decodes], rows, (B + len(plan.prefills),
-                                                                                  B + prefill_tokens))
-            if calibrated and probe is not caps:  # priced as the plain step, one draft iteration, its catch-up, one row
-                plain_s = self.cost.lookup(B, B) + self.overhead_s
-                self._planned = (row, plain_s + self._probe_cost_s + self.draft_host_s, scores)
-            caps = probe
+            probe = self._maybe_probe(bool(caps.any()), depths, rows, step)
+            if probe is not None:
+                if calibrated:
+                    self._planned = self._probe_planned(row, B, scores)
+                caps = caps.clone()
+                caps[probe] = 1
         if self.capacity_planner is not None:  # shared drafter: offer only the positions this replica wants
             wanted = scores * (torch.arange(scores.shape[1])[None, :] < caps[:, None])
             caps = torch.minimum(caps, self.capacity_planner([r.req_id for r in reqs], wanted))
@@ -304,22 +315,27 @@ class AdaptiveVerifier:
         """The search's bound (`budget.drafting_cannot_pay`) says no draft pays, read from the running mean
         alone: every request's survival is the same curve cut at its depth, so the ranked scores are that curve
         (rated as `_rated` does) with each value repeated as often as requests may draft that deep, and the least
-        catch-up is a loop over the requests. The search then plans nothing too, but pays ~0.3 ms for the [B, K]
-        tensors and the bound's inputs before it gets there: at c=32 half the plans were such idle ones, ~0.6 ms
-        each (trained draft, ShareGPT, this CPU; ad-hoc timers), which on an H200's ~25 ms step is ~1%."""
-        K = self._prior.shape[0]
-        curve = survival(self._prior[None], torch.tensor([K]))  # [1, K]
-        rated = self._rated(curve, row, mixed=bool(plan.prefills), calibrated=calibrated)[0].double().numpy()
-        by_depth = np.bincount(np.minimum(depths, K), minlength=K + 1)  # requests per allowed depth
-        ranked = np.repeat(rated, by_depth[::-1].cumsum()[::-1][1:])  # non-increasing: already ranked
-        ranked = ranked[ranked > 0]
+        catch-up is a loop over the requests. The search would plan nothing too, but pays for [B, K] tensors
+        first: at c=32 half the plans were such idle ones, ~0.5 ms each after a forward (trained draft,
+        ShareGPT, this CPU; ad-hoc timers), which on an H200's ~25 ms step is ~2%. Python floats here, the
+        search's float32 tensors there: the same plans up to rounding."""
+        curve = list(itertools.accumulate((min(max(p, 0.0), 1.0) for p in self._prior.tolist()), operator.mul))
+        K, rated = len(curve), curve
+        gain = self._gain(row, K, mixed=bool(plan.prefills), calibrated=calibrated)
+        if gain is not None:
+            rated = list(itertools.accumulate((c * g for c, g in zip(curve, gain)), min))
+        by_depth = [0] * (K + 1)
+        for d in depths:
+            by_depth[min(d, K)] += 1
+        deeper = list(itertools.accumulate(reversed(by_depth)))[::-1][1:]  # [K] requests that may draft there
+        live = sum(1 for r in rated if r > 0)  # rated never increases: its positive values lead
+        ranked = np.repeat(np.array(rated[:live]), deeper[:live])
         if not len(ranked):
             return True
         B, prefill_tokens = len(reqs), sum(c for _, c in plan.prefills)
-        sums = np.concatenate([[0.0], curve[0].double().numpy().cumsum()])  # unrated, as the horizon reads them
-        row_s = self._catch_up_row_s(B)
-        least = min(row_s * e / min(max(max(r.max_tokens - r.num_output, 1) / (1.0 + sums[d]), 1.0),
-                                    CATCH_UP_HORIZON) for r, d, e in zip(reqs, depths, extra) if d > 0)
+        sums = [0.0, *itertools.accumulate(curve)]  # unrated, as the horizon reads them
+        least = min(e / min(max(max(r.max_tokens - r.num_output, 1) / (1.0 + sums[min(d, K)]), 1.0), CATCH_UP_HORIZON)
+                    for r, d, e in zip(reqs, depths, extra) if d > 0) * self._catch_up_row_s(B)
         drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
         step_s = step_seconds(self.cost, B + len(plan.prefills), B + prefill_tokens, B, len(ranked),
                               self.overhead_s, decode_rows_floor=bool(plan.prefills))
@@ -328,17 +344,37 @@ class AdaptiveVerifier:
                                    scales["plain_scale"], scales["spec_scale"],
                                    drafting * self.draft_cost.lookup(B, B) + self.draft_host_s, drafting * least)
 
+    def _plan_idle(self, plan: "ScheduledStep", reqs: list, depths: list[int], extra: list[int],
+                   step: tuple[int, int], row: int, calibrated: bool) -> None:
+        """No request drafts, unless a probe is due (`_maybe_probe`): in lists, as each torch op here costs
+        15-20 us after a forward has evicted the host's caches (a computed idle plan was ~0.5 ms at c=32 on this
+        CPU, ~0.1 ms of it these ops)."""
+        probe = self._maybe_probe(False, depths, extra, step)
+        plan.decodes = [(r, int(i == probe)) for i, r in enumerate(reqs)]
+        if probe is not None and calibrated:
+            self._planned = self._probe_planned(row, len(reqs), survival(self._prior.expand(len(reqs), -1),
+                                                                         torch.tensor(depths)))
+
+    def _probe_planned(self, row: int, B: int, scores: torch.Tensor) -> tuple[int, float, torch.Tensor]:
+        """A probe step as the calibration predicts it: the plain step, one draft iteration, its catch-up, one
+        more row (`_probe_cost_s`), and the host time of a drafting step."""
+        plain_s = self.cost.lookup(B, B) + self.overhead_s
+        return row, plain_s + self._probe_cost_s + self.draft_host_s, scores
+
     def _rated(self, scores: torch.Tensor, row: int, mixed: bool, calibrated: bool) -> torch.Tensor:  # [B, K]
         """The survival the depth plan counts on, scaled per position by what such drafts delivered
         (non-increasing still: a prefix): in steps that also prefill unless calibrate_plan is "off" ("Mixed
         steps" above), in pure decode steps with "time+survival"."""
+        gain = self._gain(row, scores.shape[1], mixed, calibrated)
+        return scores if gain is None else (scores * torch.tensor(gain)).cummin(dim=1).values
+
+    def _gain(self, row: int, K: int, mixed: bool, calibrated: bool) -> list[float] | None:
+        """`_rated`'s scale per position, None where it does not scale."""
         if mixed and self.calibrate:
-            gain = self.mixed_calibration.gain(row, scores.shape[1])
-        elif calibrated and self.calibrate_survival:
-            gain = self.calibration.gain(row, scores.shape[1])
-        else:
-            return scores
-        return (scores * gain).cummin(dim=1).values
+            return self.mixed_calibration.gain_values(row, K)
+        if calibrated and self.calibrate_survival:
+            return self.calibration.gain_values(row, K)
+        return None
 
     def _idle_plan_holds(self, reqs: list, plan: "ScheduledStep") -> bool:
         """The idle plan (no drafts) holds for this batch, no probe is due and no one else caps the depth:
@@ -381,32 +417,30 @@ class AdaptiveVerifier:
         """A plan drafts: the next probe waits PROBE_EVERY plans again, at the first share."""
         self._since_probe, self._since_probe_s, self._probe_share = 0, 0.0, PROBE_SHARE
 
-    def _maybe_probe(self, caps: torch.Tensor, n: list[int], extra: list[int],
-                     step: tuple[int, int]) -> torch.Tensor:
-        """When a probe is due (see PROBE_SHARE) and no request drafts: one position for the undrafted request
-        whose draft has the least to catch up on (`extra`: its catch-up rows beyond 1; `step`: the step's
-        sequences and tokens without drafts). The share halves after each probe; a plan that drafts resets it.
-        Lists, not tensors: this runs on every idle plan (~0.09 ms a call with tensors at c=32)."""
-        if bool(caps.any()):
+    def _maybe_probe(self, drafts: bool, n: list[int], extra: list[int], step: tuple[int, int]) -> int | None:
+        """When a probe is due (see PROBE_SHARE) and no request drafts (`drafts` False): the undrafted request to
+        draft one position, the one whose draft has the least to catch up on (`extra`: its catch-up rows beyond
+        1; `step`: the step's sequences and tokens without drafts). The share halves after each probe; a plan
+        that drafts resets it. Lists, not tensors: this runs on every idle plan (~0.09 ms a call with tensors
+        at c=32)."""
+        if drafts:
             self._reset_probes()
-            return caps
+            return None
         self._since_probe += 1
         idle = [i for i, d in enumerate(n) if d > 0]
         if not idle:
-            return caps
+            return None
         b = min(idle, key=extra.__getitem__)
         verify_row_s = max(self.cost.lookup(step[0], step[1] + 1) - self.cost.lookup(*step), 0.0)
         drafting_s = self.draft_cost.lookup(1, 1) + self._catch_up_row_s(len(n)) * extra[b]
         self._probe_cost_s = self._probe_scale * drafting_s + verify_row_s
         if not self._probe_due(self._since_probe):
-            return caps
+            return None
         self._probe_priced = drafting_s
         self.probes += 1
         self._since_probe, self._since_probe_s = 0, 0.0
         self._probe_share = max(self._probe_share / 2, PROBE_SHARE_MIN)
-        caps = caps.clone()
-        caps[b] = 1
-        return caps
+        return b
 
     def _probe_due(self, plans: int) -> bool:
         """`plans` plans and the observed time since the last probe allow the next (as last priced)."""

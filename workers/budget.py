@@ -166,10 +166,10 @@ def step_seconds(cost: CostTable, num_requests: int, base_tokens: int, B: int, n
     a prefill chunk and what `decode_rows_floor` means)."""
     if prefill_tokens > 0 or decode_rows_floor:  # the step without drafts, plus the drafts' rows as decode rows
         as_decode = (cost.lookup(num_requests, base_tokens) + fixed_s - cost.lookup(B, B)
-                     + cost.lookup_array(B, B + np.arange(n + 1)))
+                     + cost.lookup_range(B, B, n + 1))
         if prefill_tokens > 0:
             return as_decode
-    step_s = cost.lookup_array(num_requests, base_tokens + np.arange(n + 1)) + fixed_s  # by positions taken
+    step_s = cost.lookup_range(num_requests, base_tokens, n + 1) + fixed_s  # by positions taken
     return np.maximum(step_s, as_decode) if decode_rows_floor else step_s
 
 

@@ -133,6 +133,15 @@ class CostTable:
                 return self._dense(max(1, requests), hi)[tokens]
         return self._interpolate(requests, tokens)
 
+    def lookup_range(self, requests: int, start: int, count: int) -> np.ndarray:  # [count]
+        """`lookup_array` at the token counts start, start + 1, ... (`count` of them): a slice of the dense
+        table, not an index array (the depth plan reads such runs every step; each numpy op on a small array
+        costs several microseconds after a forward has evicted the host's caches)."""
+        stop = start + count
+        if 0 <= start and stop - 1 <= DENSE_MAX:
+            return self._dense(max(1, requests), stop - 1)[start:stop]
+        return self._interpolate(requests, np.arange(start, stop))
+
     def _dense(self, requests: int, top: int) -> np.ndarray:
         """`_interpolate` at every token count 0..>= `top` for the row of `requests`, cached until the next
         refresh (grown by doubling when a lookup reads past its end)."""

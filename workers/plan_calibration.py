@@ -125,11 +125,13 @@ class PlanCalibration:
         return 1.0 if k is None else k.drafting.value(DRAFTING_BOUNDS)
 
     def gain(self, row: int, K: int) -> torch.Tensor:  # [K] scale of each position's survival
+        return torch.tensor(self.gain_values(row, K))
+
+    def gain_values(self, row: int, K: int) -> list[float]:
+        """`gain` as a list (1 where not measured)."""
         k = self._rows.get(row)
-        out = torch.ones(K)
-        for i, r in enumerate(k.gain[:K] if k is not None else []):
-            out[i] = r.value(GAIN_BOUNDS)
-        return out
+        got = [r.value(GAIN_BOUNDS) for r in (k.gain[:K] if k is not None else [])]
+        return got + [1.0] * (K - len(got))
 
     def _plain_stale(self, k: _Kinds) -> bool:
         return k.spec_since_plain > self.plain_stale_steps

@@ -88,6 +88,10 @@ def test_integer_lookups_read_a_dense_table_equal_to_the_interpolation_and_refre
             tokens = rng.integers(0, 3000, size=50)
             assert np.array_equal(t.lookup_array(r, tokens), t._interpolate(r, tokens))
             assert t.lookup(r, int(tokens[0])) == float(t._interpolate(r, tokens[:1])[0])
+            start = int(tokens[0])
+            assert np.array_equal(t.lookup_range(r, start, 40), t._interpolate(r, np.arange(start, start + 40)))
+        far = np.arange(65_530, 65_545)  # a run that ends past the dense range
+        assert np.array_equal(t.lookup_range(4, 65_530, 15), t._interpolate(4, far))
         assert t.lookup(4, 70_000) == float(t._interpolate(4, np.array([70_000]))[0])  # past the dense range
         assert t.lookup(4, 7.5) == float(t._interpolate(4, np.array([7.5]))[0])  # not a token count: interpolated
         before = t.lookup(4, 8)
