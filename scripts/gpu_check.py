@@ -9,8 +9,9 @@
           verification equal to no speculation, token for token
   bench   BENCH_METHOD (draft) on BENCH_WORKLOAD (sharegpt) prompts, sustained closed loop, concurrency
           BENCH_CONCURRENCY (8, 32, 128; c=1 took 3.8 min on the H200 at one token a step): no speculation,
-          fixed k in {2, 4, 7}, adaptive (k <= 7), interleaved, 2 repeats, and adaptive's stats (what its
-          probes cost); a new point starts only before BENCH_UNTIL
+          fixed k in BENCH_FIXED (2, 4, 7), adaptive (k <= 7), interleaved, 2 repeats, adaptive's stats (what
+          its probes cost) and every engine's step times (forward, drafter, policy, other host work);
+          a new point starts only before BENCH_UNTIL
 Usage (see scripts/gpu_check.sh): python3 scripts/gpu_check.py env gemm workers | model lossless bench
 """
 from __future__ import annotations
@@ -104,10 +105,13 @@ def bench() -> dict:
 
     from workers.bench import run_bench
 
+    from workers.bench import _ENGINES  # the engines run_bench keeps (warmed, across points)
+
     until = float(os.environ.get("BENCH_UNTIL", time.time() + 180))
     method, workload = os.environ.get("BENCH_METHOD", "draft"), os.environ.get("BENCH_WORKLOAD", "sharegpt")
-    modes = ["off"] + [f"{method}:{k}" for k in (2, 4, 7)] + [f"{method}:7:adaptive"]
-    rows, done = [], []
+    fixed = [int(k) for k in os.environ.get("BENCH_FIXED", "2,4,7").split(",") if k]
+    modes = ["off"] + [f"{method}:{k}" for k in fixed] + [f"{method}:7:adaptive"]
+    rows, done, before = [], [], {}
     for c in [int(x) for x in os.environ.get("BENCH_CONCURRENCY", "8,32,128").split(",")]:
         if time.time() > until:
             break
@@ -117,16 +121,28 @@ def bench() -> dict:
         rows += [asdict(r) for r in got]
         done.append({"concurrency": c, "seconds": round(time.perf_counter() - t, 1)})
         print(f"c={c}: " + ", ".join(f"{r.mode}:{r.k} {r.output_tokens_per_s:.0f}" for r in got), flush=True)
-        from workers.bench import _ENGINES  # the engines run_bench keeps: what adaptive's probes cost so far
-
-        policy = {m: e.stats()["adaptive"] for (m, _, _), e in _ENGINES.items() if e.adaptive is not None}
-        done[-1]["adaptive_stats"] = policy
+        # adaptive's counters so far (cumulative), and where this point's steps went in every engine
+        done[-1]["adaptive_stats"] = {m: e.stats()["adaptive"] for (m, _, _), e in _ENGINES.items()
+                                      if e.adaptive is not None}
+        done[-1]["step_times"] = {m: _since(e.step_times, before.get(m)) for (m, _, _), e in _ENGINES.items()}
+        before = {m: asdict(e.step_times) for (m, _, _), e in _ENGINES.items()}
+        print("step times (ms per step):", json.dumps(done[-1]["step_times"]), flush=True)
         _save({"bench": {"points": done, "rows": rows}}, "bench_partial")
     tables = OUT / "cost_tables"
     src = Path(os.environ.get("SPECFLEET_CACHE", Path.home() / ".cache" / "specfleet")) / "cost_tables"
     if src.exists():
         shutil.copytree(src, tables, dirs_exist_ok=True)
     return {"points": done, "rows": rows}
+
+
+def _since(times, then: dict | None) -> dict:
+    """An engine's `StepTimes` over one point: its sums now less those at the point's start."""
+    from dataclasses import asdict, fields
+
+    from workers.metrics import StepTimes
+
+    now = asdict(times)
+    return StepTimes(**{f.name: now[f.name] - (then or {}).get(f.name, 0) for f in fields(StepTimes)}).to_dict()
 
 
 def _save(report: dict, tag: str) -> None:

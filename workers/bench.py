@@ -41,6 +41,7 @@ from tqdm import tqdm
 from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig, SpecConfig
 from workers.engine import LLMEngine
+from workers.metrics import StepTimes
 from workers.workloads import repetitive_prompts, sharegpt_prompts
 
 
@@ -163,6 +164,7 @@ def _warmed(engine: LLMEngine, max_tokens: int, seed: int) -> LLMEngine:
         prompts = [engine.encode_prompt(p, chat=True) for p in sharegpt_prompts(ADAPTIVE_WARMUP_REQUESTS,
                                                                                   seed=seed + 1000)]
         run_ours(engine, prompts, 8, max_tokens)
+        engine.step_times = StepTimes()  # stats()["step_times"]: the measured load's steps, not these
     return engine
 _HF: dict[str, object] = {}
 
