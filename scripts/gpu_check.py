@@ -76,11 +76,13 @@ def model() -> dict:
     return {"folder": str(folder), "prepare_s": round(time.perf_counter() - t, 1), "first_turns_sha256": turns}
 
 
-def _pytest(args: list[str], timeout: float, log: str) -> dict:
+def _pytest(args: list[str], timeout: float, log: str, threads: int | None = None) -> dict:
+    """`threads`: torch's CPU threads per pytest process (xdist workers each take all cores otherwise)."""
     t = time.perf_counter()
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEx", *args]
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
     try:
-        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
         text, rc = r.stdout + r.stderr, r.returncode
     except subprocess.TimeoutExpired as e:
         text, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "timeout"
@@ -96,8 +98,10 @@ def lossless() -> dict:
 
 def workers() -> dict:
     # -v: each test's verdict as it ends, so a run cut by the timeout still names its failures (the first
-    # run printed only dots: 2 failures of unknown name when 150 s cut it before the summary)
-    return _pytest(["tests/workers", "-m", "not model", "-n", "8", "-v", "--timeout", "90"], 240, "pytest_workers.log")
+    # run printed only dots: 2 failures of unknown name when 150 s cut it before the summary). 2 threads a
+    # worker: with all 16 cores each, the simulator's test (4 s on 2 cores) ran past the 90 s timeout there
+    return _pytest(["tests/workers", "-m", "not model", "-n", "8", "-v", "--timeout", "90"], 240, "pytest_workers.log",
+                   threads=max(1, (os.cpu_count() or 8) // 8))
 
 
 def bench() -> dict:
@@ -112,6 +116,10 @@ def bench() -> dict:
     fixed = [int(k) for k in os.environ.get("BENCH_FIXED", "2,4,7").split(",") if k]
     modes = ["off"] + [f"{method}:{k}" for k in fixed] + [f"{method}:7:adaptive"]
     rows, done, before = [], [], {}
+    if os.environ.get("BENCH_PROBE_LOG"):
+        import probe_log  # same folder: this runs as a script
+
+        probe_log.install()
     for c in [int(x) for x in os.environ.get("BENCH_CONCURRENCY", "8,32,128").split(",")]:
         if time.time() > until:
             break
@@ -126,6 +134,8 @@ def bench() -> dict:
                                       if e.adaptive is not None}
         done[-1]["step_times"] = {m: _since(e.step_times, before.get(m)) for (m, _, _), e in _ENGINES.items()}
         before = {m: asdict(e.step_times) for (m, _, _), e in _ENGINES.items()}
+        if os.environ.get("BENCH_PROBE_LOG"):
+            done[-1]["probe_log"] = probe_log.take()
         print("step times (ms per step):", json.dumps(done[-1]["step_times"]), flush=True)
         _save({"bench": {"points": done, "rows": rows}}, "bench_partial")
     tables = OUT / "cost_tables"

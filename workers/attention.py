@@ -17,14 +17,30 @@ Two paths, chosen by a sequence's own shape, never by the batch's:
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 KEY_BLOCK = 128
 PREFILL_SEGMENT = 128
 SMALL_ROWS = 32  # bf16 GEMM rows are bit-identical for any M <= 32 (measured, and checked at load: gemm_invariance.py)
+
+
+# The segment path's SDPA on CUDA: any backend but cuDNN. PyTorch 2.11 picks cuDNN attention on an H200, which
+# builds a graph for every new (query, key) length: 60-65 ms at each new shape (up to 1.3 s for the first ones),
+# 0.1-0.2 ms once built. Prefill segments and draft catch-ups come in ever new lengths, so it was paid nearly
+# every time: single-request draft catch-ups of 11-43 rows took 48-80 ms where 1-row iterations took 2-3 ms,
+# and probes cost 4x their price. Without cuDNN (the math kernel here: the fused ones refuse 9 query heads over
+# 3 KV heads) a new shape took 0.5-29 ms, a known one ~0.5 ms (scripts/sdpa_shapes.py; docs/performance.md).
+SEGMENT_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def segment_backends(device: torch.device, meta: "AttentionMetadata") -> AbstractContextManager:
+    """The SDPA backends a step's prefill segments may use (SEGMENT_BACKENDS on CUDA; as they are elsewhere)."""
+    return sdpa_kernel(SEGMENT_BACKENDS) if meta.segments and device.type == "cuda" else nullcontext()
 
 
 def q_tile_for(num_heads: int, num_kv_heads: int) -> int:

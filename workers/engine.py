@@ -109,7 +109,7 @@ class LLMEngine:
             peers = ProcessShardPeers(self.config, devices=local_shard_devices(self.model.device, world, gpus))
         if peers.world_size != world:
             raise ValueError(f"tensor_parallel_size={world} but {peers.world_size} shard peers were given")
-        init_group(0, world, peers.init_method)
+        init_group(0, world, peers.init_method, self.model.device)
         shard_model(self.model, 0, world)
         peers.wait_ready()
         return peers

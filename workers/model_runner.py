@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from workers.attention import SeqSpan, build_metadata, fixed_tile_needed, q_tile_for
+from workers.attention import SeqSpan, build_metadata, fixed_tile_needed, q_tile_for, segment_backends
 from workers.block_pool import BlockPool
 from workers.llama import KVCacheTensors, LlamaForward
 
@@ -76,14 +76,15 @@ class ModelRunner:
             self.peers.start(chunks, return_hidden)
         meta = build_metadata(spans, self.block_size, dev, self.q_tile, self.group_size,
                               fixed_tile_needed(self.model.dtype))
-        out = self.model.forward(
-            torch.tensor(ids, dtype=torch.long, device=dev),
-            torch.tensor(pos, dtype=torch.long, device=dev),
-            self.kv,
-            meta,
-            torch.tensor(rows, dtype=torch.long, device=dev),
-            return_hidden=return_hidden,
-        )
+        with segment_backends(dev, meta):
+            out = self.model.forward(
+                torch.tensor(ids, dtype=torch.long, device=dev),
+                torch.tensor(pos, dtype=torch.long, device=dev),
+                self.kv,
+                meta,
+                torch.tensor(rows, dtype=torch.long, device=dev),
+                return_hidden=return_hidden,
+            )
         if self.peers is not None:
             self.peers.finish()
         return out

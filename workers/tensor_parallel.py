@@ -106,11 +106,13 @@ def free_port(host: str = "") -> int:
         return s.getsockname()[1]
 
 
-def init_group(rank: int, world: int, init_method: str, backend: str = "auto", timeout_s: float = 60.0) -> str:
-    """Join the shards' process group (blocks until all `world` ranks joined or the timeout passed). The
-    timeout also bounds every collective: a rank waiting on a dead peer fails its step after it."""
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+def init_group(rank: int, world: int, init_method: str, device: torch.device, timeout_s: float = 60.0) -> str:
+    """Join the shards' process group (blocks until all `world` ranks joined or the timeout passed), NCCL for
+    shards on GPUs and gloo for shards on CPUs: chosen by whether CUDA was available, shards asked to run on
+    the CPU of a GPU machine joined an NCCL group that refused their CPU tensors at the first all-reduce
+    ("No backend type associated with device type cpu", the H200 machine, 2026-12-04). The timeout also
+    bounds every collective: a rank waiting on a dead peer fails its step after it."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
     if dist.is_initialized():  # one tensor-parallel engine per process: a new one replaces the last group
         dist.destroy_process_group()
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
@@ -121,14 +123,14 @@ def init_group(rank: int, world: int, init_method: str, backend: str = "auto", t
 class ShardWorker:
     """Rank r >= 1 of a target: its slice of the weights and of the KV cache; computes the steps rank 0 sends."""
 
-    def __init__(self, config, rank: int, world: int, init_method: str, backend: str = "auto") -> None:
+    def __init__(self, config, rank: int, world: int, init_method: str) -> None:
         from workers.model_runner import ModelRunner, pick_device, pick_dtype
         from workers.model_store import resolve_model
 
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.backend = init_group(rank, world, init_method, backend)
         device = pick_device(config.device)
+        self.backend = init_group(rank, world, init_method, device)
         self.model, _ = LlamaForward.load(resolve_model(config.model), device, pick_dtype(config.dtype, device),
                                           config.batch_invariant)
         shard_model(self.model, rank, world)

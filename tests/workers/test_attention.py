@@ -147,3 +147,23 @@ def test_the_tiles_sums_across_key_blocks_do_not_depend_on_the_rows_beside_them(
                 assert torch.equal(out[:, :, r:r + 1], attention._across_blocks(alone_e, alone_pv))
                 plain_sum_differs += not torch.equal(plain[:, :, r:r + 1], alone_e.sum(-1, keepdim=True).sum(2))
     assert plain_sum_differs > 0, "the counter-example no longer differs: the check may have lost its teeth"
+
+
+def test_prefill_segments_on_cuda_keep_off_cudnn_attention():
+    """Steps with prefill segments run SDPA without the cuDNN backend on CUDA (it builds a graph at every new
+    length: 60 ms each on an H200), and as they are elsewhere or without segments."""
+    from workers.attention import build_metadata, segment_backends
+
+    def meta(query_len: int):
+        return build_metadata([SeqSpan(0, query_len, 64, list(range(8)))], 16, torch.device("cpu"), 10, 3, False)
+
+    with_segments, tiled_only = meta(40), meta(4)
+    assert with_segments.segments and not tiled_only.segments
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    with segment_backends(torch.device("cuda"), with_segments):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.math_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    for device, m in ((torch.device("cpu"), with_segments), (torch.device("cuda"), tiled_only)):
+        with segment_backends(device, m):
+            assert torch.backends.cuda.cudnn_sdp_enabled()

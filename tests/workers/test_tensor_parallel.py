@@ -49,3 +49,17 @@ def test_local_shards_take_one_gpu_each_and_refuse_to_share_one():
     assert local_shard_devices(torch.device("cuda:1"), 2, 4) == ["cuda:1", "cuda:2"]
     with pytest.raises(ValueError, match="needs 2 GPUs from cuda:0 .* this machine has 1"):
         local_shard_devices(torch.device("cuda"), 2, 1)
+
+
+def test_the_shards_process_group_follows_their_device_not_the_machine(monkeypatch):
+    """Shards on CPUs join gloo even where CUDA is available (NCCL refused their CPU tensors on the H200
+    machine), shards on GPUs NCCL."""
+    import workers.tensor_parallel as tp
+
+    joined = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tp.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(tp.dist, "init_process_group", lambda backend, **kw: joined.append(backend))
+    assert tp.init_group(0, 2, "tcp://127.0.0.1:1", torch.device("cpu")) == "gloo"
+    assert tp.init_group(0, 2, "tcp://127.0.0.1:1", torch.device("cuda:0")) == "nccl"
+    assert joined == ["gloo", "nccl"]
