@@ -13,6 +13,8 @@ H, KVH, D = 9, 3, 64
 SETS = {"default": None, "no_cudnn": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
         "cudnn_only": [SDPBackend.CUDNN_ATTENTION], "efficient_only": [SDPBackend.EFFICIENT_ATTENTION],
         "flash_only": [SDPBackend.FLASH_ATTENTION]}
+# (query rows, start position): draft catch-ups and prefill segments of the lengths the probe log saw
+SHAPES = [(12, 100), (26, 300), (43, 0), (11, 517), (39, 0), (25, 811), (12, 100), (70, 129)]
 
 
 def call(q_len, start, backends):
@@ -44,7 +46,7 @@ out = {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
 call(16, 0, None)  # CUDA context, first kernels
 for j, (name, backends) in enumerate(SETS.items()):
     rows = []
-    for i, (q_len, start) in enumerate([(12, 100), (26, 300), (43, 0), (11, 517), (39, 0), (25, 811), (12, 100), (70, 129)]):
+    for q_len, start in SHAPES:
         q_len, start = q_len + j, start + 7 * j  # shapes new to each set (the 7th repeats the 1st)
         first = call(q_len, start, backends)
         again = call(q_len, start, backends)

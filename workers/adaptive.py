@@ -623,7 +623,8 @@ class AdaptiveVerifier:
         """The policy's counters over the engine's `steps`: positions verified per step, offered to the policy,
         drafted, verified beyond the plan to explore; the probes (`PROBE_SHARE`), their drafter seconds and
         their forwards' seconds over a plain step's, and that as a share of the observed time; the idle
-        plans held without computing and those the bound decided without the search. The probes' share is what they cost where nothing else drafts."""
+        plans held without computing and those the bound decided without the search. The probes' share is
+        what they cost where nothing else drafts."""
         probe_s = self.probe_draft_s + self.probe_forward_over_s
         return {"verified_per_step": self.verified_positions / steps if steps else 0.0,
                 "offered_positions": self.offered_positions, "drafted_positions": self.drafted_positions,
