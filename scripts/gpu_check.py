@@ -107,9 +107,7 @@ def workers() -> dict:
 def bench() -> dict:
     from dataclasses import asdict
 
-    from workers.bench import run_bench
-
-    from workers.bench import _ENGINES  # the engines run_bench keeps (warmed, across points)
+    from workers.bench import _ENGINES, run_bench  # _ENGINES: the engines run_bench keeps (warmed, across points)
 
     until = float(os.environ.get("BENCH_UNTIL", time.time() + 180))
     method, workload = os.environ.get("BENCH_METHOD", "draft"), os.environ.get("BENCH_WORKLOAD", "sharegpt")
