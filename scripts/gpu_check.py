@@ -11,7 +11,8 @@
           BENCH_CONCURRENCY (8, 32, 128; c=1 took 3.8 min on the H200 at one token a step): no speculation,
           fixed k in BENCH_FIXED (2, 4, 7), adaptive (k <= 7), interleaved, 2 repeats, adaptive's stats (what
           its probes cost) and every engine's step times (forward, drafter, policy, other host work);
-          a new point starts only before BENCH_UNTIL
+          a new point starts only before BENCH_UNTIL; BENCH_PROBE_LOG=1 adds scripts/probe_log.py's log
+          (each probe as priced and as run, the drafter's forwards timed apart)
 Usage (see scripts/gpu_check.sh): python3 scripts/gpu_check.py env gemm workers | model lossless bench
 """
 from __future__ import annotations
