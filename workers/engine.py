@@ -172,17 +172,13 @@ class LLMEngine:
             return self._collect_outputs()
         self._policy_s = 0.0
         if self.adaptive is not None:
-            t = time.perf_counter()
-            self.adaptive.plan_depths(plan)
-            self._policy_s += time.perf_counter() - t
+            self._policy(self.adaptive.plan_depths, plan)
         t_draft = time.perf_counter()
         proposal = self._propose(plan.decodes)
         draft_s = time.perf_counter() - t_draft
         draft_depth = int(proposal.num_drafts.max()) if proposal is not None and len(plan.decodes) else 0
         if self.adaptive is not None and proposal is not None:
-            t = time.perf_counter()
-            self.adaptive.trim(proposal, plan)
-            self._policy_s += time.perf_counter() - t
+            self._policy(self.adaptive.trim, proposal, plan)
         chunks, verify = [], []  # verify: (row in the proposal or -1, request, drafts, first logits row)
         row = 0
         for b, (req, _) in enumerate(plan.decodes):
@@ -212,16 +208,20 @@ class LLMEngine:
             if req.status is Status.RUNNING:
                 self.scheduler.commit_full_blocks(req)
         if self.adaptive is not None:
-            t = time.perf_counter()
             rows = [len(c.token_ids) for c in chunks]
-            self.adaptive.observe_step(t - t_start, forward_s, draft_s, len(chunks), sum(rows),
-                                       not plan.prefills, len(plan.decodes), draft_depth, ragged_extra(rows),
-                                       extra_groups(rows))
-            self._policy_s += time.perf_counter() - t
+            self._policy(self.adaptive.observe_step, time.perf_counter() - t_start, forward_s, draft_s, len(chunks),
+                         sum(rows), not plan.prefills, len(plan.decodes), draft_depth, ragged_extra(rows),
+                         extra_groups(rows))
         self.heap.maybe_trim()
         outputs = self._collect_outputs()
         self.step_times.observe(time.perf_counter() - t_start, forward_s, draft_s, self._policy_s)
         return outputs
+
+    def _policy(self, call, *args) -> None:
+        """One of the adaptive verifier's calls, its time counted in the step's policy time (`step_times`)."""
+        t = time.perf_counter()
+        call(*args)
+        self._policy_s += time.perf_counter() - t
 
     def _propose(self, decodes: list[tuple[Request, int]]) -> Proposal | None:
         """None when no request may draft: the proposer is not called (its copies of the requests' tokens
@@ -261,9 +261,7 @@ class LLMEngine:
             out, num_acc = rejection_sample(logits[rows], drafts.to(dev), num_draft, probs, sampling)
         out_l, acc_l = out.tolist(), num_acc.tolist()  # the step's one host sync
         if self.adaptive is not None and proposal is not None:
-            t = time.perf_counter()
-            self.adaptive.learn(proposal, verify, acc_l)
-            self._policy_s += time.perf_counter() - t
+            self._policy(self.adaptive.learn, proposal, verify, acc_l)
         now = time.perf_counter()
         for (b, req, n, _), toks, a in zip(verify, out_l, acc_l):
             if b >= 0:  # a decode step: the input token and the accepted drafts now have valid KV

@@ -107,10 +107,10 @@ def free_port(host: str = "") -> int:
 
 
 def init_group(rank: int, world: int, init_method: str, device: torch.device, timeout_s: float = 60.0) -> str:
-    """Join the shards' process group (blocks until all `world` ranks joined or the timeout passed), NCCL for
-    shards on GPUs and gloo for shards on CPUs: chosen by whether CUDA was available, shards asked to run on
-    the CPU of a GPU machine joined an NCCL group that refused their CPU tensors at the first all-reduce
-    ("No backend type associated with device type cpu", the H200 machine, 2026-12-04). The timeout also
+    """Join the shards' process group (blocks until all `world` ranks joined or the timeout passed): NCCL for
+    shards on GPUs, gloo for shards on CPUs. The choice follows the shards' `device`, not the machine: chosen by
+    whether CUDA was available, CPU shards on the H200 machine joined an NCCL group that refused their tensors
+    at the first all-reduce ("No backend type associated with device type cpu", 2026-12-04). The timeout also
     bounds every collective: a rank waiting on a dead peer fails its step after it."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     if dist.is_initialized():  # one tensor-parallel engine per process: a new one replaces the last group
