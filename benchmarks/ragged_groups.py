@@ -29,7 +29,9 @@ from workers.model_runner import ModelRunner, StepChunk
 
 
 def shapes(b: int) -> dict[str, list[int]]:
-    """Rows per sequence of steps of `b` requests: uniform, and the ragged mixes verification makes."""
+    """Rows per sequence of steps of `b` requests: uniform, and the ragged mixes verification makes (from 32
+    requests also what adaptive n-gram plans looked like on the H200: a quarter of them verifying 1-7 drafts,
+    and fixed k=4's half at 5 rows)."""
     mixes = {"1x1": [], "1x2": [2], "1x8": [8], "2x5": [5, 5], "2x8": [8, 8], "4x2": [2] * 4, "4x5": [5] * 4,
              "3x3": [3] * 3, "1x3+1x5": [3, 5], "1x2+1x4+1x8": [2, 4, 8]}
     out = {}
@@ -37,6 +39,9 @@ def shapes(b: int) -> dict[str, list[int]]:
         if len(rows) <= b:
             out[f"{b}x1" if not rows else f"{b - len(rows)}x1+{name}"] = [1] * (b - len(rows)) + rows
     out[f"{b}x2"] = [2] * b
+    if b >= 32:
+        out[f"{b - b // 4}x1+{b // 4}x(2..8)"] = [1] * (b - b // 4) + [2 + i % 7 for i in range(b // 4)]
+        out[f"{b - b // 2}x1+{b // 2}x5"] = [1] * (b - b // 2) + [5] * (b // 2)
     return out
 
 
@@ -45,7 +50,9 @@ def _forward_s(runner: ModelRunner, rows: list[int], context: int) -> float:
     blocks = runner.pool.allocate(len(rows) * per)
     try:
         t = time.perf_counter()
-        runner.run([StepChunk([7] * n, context, blocks[i * per:(i + 1) * per], n) for i, n in enumerate(rows)])
+        out = runner.run([StepChunk([7] * n, context, blocks[i * per:(i + 1) * per], n) for i, n in enumerate(rows)])
+        if out.is_cuda:
+            torch.cuda.synchronize(out.device)
         return time.perf_counter() - t
     finally:
         runner.pool.free(blocks)
@@ -54,15 +61,15 @@ def _forward_s(runner: ModelRunner, rows: list[int], context: int) -> float:
 def measure(runner: ModelRunner, context: int, requests: int, settings: list[int], repeats: int) -> dict:
     cases = shapes(requests)
     times: dict[tuple[str, int], list[float]] = {(k, s): [] for k in cases for s in settings}
-    default = attention.GROUP_COST_ROWS
+    default = attention.GROUP_COST_ROWS, getattr(attention, "GROUP_COST_ROWS_CUDA", None)  # None: before it
     try:
         for _ in range(repeats + 1):  # the first round warms up and is dropped
             for name, rows in cases.items():
                 for s in settings:
-                    attention.GROUP_COST_ROWS = s
+                    attention.GROUP_COST_ROWS = attention.GROUP_COST_ROWS_CUDA = s
                     times[name, s].append(_forward_s(runner, rows, context))
     finally:
-        attention.GROUP_COST_ROWS = default
+        attention.GROUP_COST_ROWS, attention.GROUP_COST_ROWS_CUDA = default
     medians = {name: {str(s): round(1e3 * statistics.median(times[name, s][1:]), 2) for s in settings}
                for name in cases}
     ragged = [n for n, rows in cases.items() if len(set(rows)) > 1]
@@ -71,24 +78,47 @@ def measure(runner: ModelRunner, context: int, requests: int, settings: list[int
     return {"context": context, "requests": requests, "ms": medians, "ragged_vs_first_setting": geo}
 
 
+def _random_runner(device: str, tokens: int) -> ModelRunner:
+    """A runner of SmolLM2-135M's shape (30 layers, 9 query / 3 KV heads, width 576) with random weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from workers.llama import LlamaForward
+    from workers.model_runner import pick_device, pick_dtype
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                      num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
+                      rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)
+    dev = pick_device(device)
+    model = LlamaForward(LlamaForCausalLM(cfg), dev, pick_dtype("auto", dev))
+    return ModelRunner(model, 2 * tokens * model.kv_bytes_per_token(), 16, enable_prefix_caching=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--contexts", default="64,128,256")
     ap.add_argument("--requests", default="4,16,32")
     ap.add_argument("--settings", default="12,24,40,64,1000", help="GROUP_COST_ROWS values; the first is the base")
     ap.add_argument("--repeats", type=int, default=6)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--random-weights", action="store_true",
+                    help="SmolLM2-135M's architecture with random weights (a machine without the model: only "
+                         "time is measured)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     settings = [int(x) for x in a.settings.split(",")]
-    engine = LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=SpecConfig(method="off")))
-    if attention.fixed_tile_needed(engine.model.dtype):
-        raise SystemExit(f"{engine.model.dtype}: every sequence is padded to one fixed tile; nothing to measure")
+    contexts, requests = [int(x) for x in a.contexts.split(",")], [int(x) for x in a.requests.split(",")]
+    runner = _random_runner(a.device, max(requests) * (max(contexts) + 16)) if a.random_weights else LLMEngine(EngineConfig(
+        kv_cache_memory_gb=0.5, device=a.device, spec=SpecConfig(method="off"))).runner
+    dtype = runner.model.dtype
+    if attention.fixed_tile_needed(dtype):
+        raise SystemExit(f"{dtype}: every sequence is padded to one fixed tile; nothing to measure")
     points = []
-    for context in (int(x) for x in a.contexts.split(",")):
-        for requests in (int(x) for x in a.requests.split(",")):
-            p = measure(engine.runner, context, requests, settings, a.repeats)
+    for context in contexts:
+        for b in requests:
+            p = measure(runner, context, b, settings, a.repeats)
             points.append(p)
-            print(f"context {context} requests {requests}: ragged steps vs GROUP_COST_ROWS={settings[0]} "
+            print(f"context {context} requests {b}: ragged steps vs GROUP_COST_ROWS={settings[0]} "
                   f"(geometric mean) {p['ragged_vs_first_setting']}")
             for name, ms in p["ms"].items():
                 print(f"  {name:24s}" + "".join(f"{ms[str(s)]:9.1f}" for s in settings))
@@ -96,9 +126,12 @@ def main() -> None:
                                                       for p in points)), 4) for s in settings}
     print("all points, ragged steps vs the first setting (geometric mean):", overall)
     if a.out:
-        a.out.write_text(json.dumps({"settings": settings, "repeats": a.repeats, "dtype": str(engine.model.dtype),
+        dev = runner.model.device
+        a.out.write_text(json.dumps({"settings": settings, "repeats": a.repeats, "dtype": str(dtype),
+                                     "random_weights": a.random_weights, "device": str(dev),
                                      "machine": {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                                                 "cores": os.cpu_count()},
+                                                 "cores": os.cpu_count(),
+                                                 "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None},
                                      "overall": overall, "points": points}, indent=1) + "\n")
 
 

@@ -10,7 +10,9 @@ Two paths, chosen by a sequence's own shape, never by the batch's:
   rows differ vs computing each alone at any padding; PyTorch's SDPA differed on 248 of 2853.
   Sequences are grouped by query length (`group_by_length`), each group padded to its own longest query:
   one padded group made a ragged adaptive plan (one request at 1 + 7 rows) cost every sequence 8 rows
-  (c=32 ShareGPT, n-gram: forward 264 -> 152 ms per step for adaptive k<=7, 178 -> 150 ms for k=2).
+  (c=32 ShareGPT, n-gram: forward 264 -> 152 ms per step for adaptive k<=7, 178 -> 150 ms for k=2). That
+  holds on CPUs, where a padded row costs real compute; on CUDA a group's launches cost more than thousands
+  of padded rows, so there a step's lengths almost always share one group (`group_cost_rows`).
 - **segment** (long prefill chunks): split at multiples of `PREFILL_SEGMENT` positions, one SDPA per segment
   with exact lengths; the scheduler keeps chunk boundaries on those multiples, so segments are the same
   whatever the load.
@@ -129,7 +131,7 @@ def build_metadata(spans: list[SeqSpan], block_size: int, device: torch.device, 
     if fixed_tile or not small:
         groups = [(small, q_tile)] if small else []
     else:
-        groups = [(g, max(x.query_len for x, _ in g)) for g in group_by_length(small)]
+        groups = [(g, max(x.query_len for x, _ in g)) for g in group_by_length(small, group_cost_rows(device))]
     return AttentionMetadata(slot_mapping, [_tiled_group(g, block_size, device, qt, group_size) for g, qt in groups],
                              segments, blocks.done())
 
@@ -140,12 +142,26 @@ def build_metadata(spans: list[SeqSpan], block_size: int, device: torch.device, 
 # 3.5% (c=32) slower and fixed k=4 0.4% slower. Likely, not tested: a padded row's cost grows with its context,
 # which this weight does not see (docs/architecture.md, "How the attention groups lengths").
 GROUP_COST_ROWS = 12
+# The same on CUDA, where a step is bound by the host's launches (SmolLM2 on an H200: 35-70 ms a step at
+# c=8-128): a group's ~20 ops x 30 layers cost what thousands of padded rows do. Measured on an H200
+# (benchmarks/ragged_groups.py --random-weights, contexts 256 and 1024, 32 and 128 requests, 2026-12-04): 12
+# ragged shapes ran 0.768 of their time at 12 (geometric mean; 256: 0.833, 10^6: 0.771); 31 x 1 + 1 x 2 rows
+# 34.4 -> 25.0 ms and 24 x 1 + 8 x (2..8) 45.4 -> 25.3 ms at 32 requests, context 256.
+GROUP_COST_ROWS_CUDA = 4096
 
 
-def group_by_length(small: list[tuple[SeqSpan, torch.Tensor]]) -> list[list[tuple[SeqSpan, torch.Tensor]]]:
+def group_cost_rows(device: torch.device) -> int:
+    """What one more tiled group costs on `device`, in padded query rows (`group_by_length`)."""
+    return GROUP_COST_ROWS_CUDA if device.type == "cuda" else GROUP_COST_ROWS
+
+
+def group_by_length(small: list[tuple[SeqSpan, torch.Tensor]],
+                    cost_rows: int | None = None) -> list[list[tuple[SeqSpan, torch.Tensor]]]:
     """Split sequences into groups of similar query length, each padded to its own longest query: a ragged
     verify plan (one request at 1 + 7 rows, the rest at 1 + 1) would otherwise pad every sequence to 8 rows.
-    Dynamic programme over the distinct lengths minimising sum(GROUP_COST_ROWS + sequences x longest)."""
+    Dynamic programme over the distinct lengths minimising sum(cost_rows + sequences x longest), `cost_rows`
+    GROUP_COST_ROWS unless given."""
+    cost_rows = GROUP_COST_ROWS if cost_rows is None else cost_rows
     by_len: dict[int, list] = {}
     for item in small:
         by_len.setdefault(item[0].query_len, []).append(item)
@@ -159,7 +175,7 @@ def group_by_length(small: list[tuple[SeqSpan, torch.Tensor]]) -> list[list[tupl
         n = 0
         for j in range(i, 0, -1):  # group = lengths j-1 .. i-1, padded to lens[i-1]
             n += count[j - 1]
-            c = best[j - 1] + GROUP_COST_ROWS + n * lens[i - 1]
+            c = best[j - 1] + cost_rows + n * lens[i - 1]
             if c < best[i]:
                 best[i], cut[i] = c, j - 1
     groups, i = [], len(lens)
@@ -211,14 +227,15 @@ def _tiled_group(small: list[tuple[SeqSpan, torch.Tensor]], block_size: int, dev
     kv_index = torch.zeros(B, lp, dtype=torch.long)
     for b, (s, bt) in enumerate(small):
         kv_index[b, : s.context_len] = _slots(bt, torch.arange(s.context_len), block_size)
-    keys = torch.arange(lp)
-    allowed = keys[None, None, :] <= (start[:, None] + j[None, :])[:, :, None]  # causal => also < context_len
-    allowed[..., 0] |= ~valid  # padding rows see key 0 only: no NaN, output discarded
-    bias = torch.zeros(B, q_tile, lp).masked_fill_(~allowed, float("-inf"))
+    # the mask is built where it is used: only [B, q_tile] limits cross to a GPU, not [B, nb, G * q_tile, KB]
+    # floats (B x 8 rows at context 1024 made 12 MB of host work and copy a step)
+    limit = torch.where(valid, start[:, None] + j[None, :], 0).to(device)  # causal; padding rows see key 0 only
+    allowed = torch.arange(lp, device=device)[None, None, :] <= limit[:, :, None]  # => also < context_len
+    bias = torch.zeros(B, q_tile, lp, device=device).masked_fill_(~allowed, float("-inf"))
     bias = bias.view(B, q_tile, nb, KEY_BLOCK).transpose(1, 2).repeat(1, 1, group_size, 1)
     dense = bool(valid.all()) and torch.equal(q_index.view(-1), torch.arange(B * q_tile))
     return TiledGroup(q_index.to(device), valid.to(device), q_index[valid].to(device), kv_index.to(device),
-                      bias.contiguous().to(device), dense)
+                      bias.contiguous(), dense)
 
 
 def _across_blocks(e: torch.Tensor, pv: torch.Tensor) -> torch.Tensor:  # [KVH, B, rows, D]

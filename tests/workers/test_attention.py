@@ -167,3 +167,31 @@ def test_prefill_segments_on_cuda_keep_off_cudnn_attention():
     for device, m in ((torch.device("cpu"), with_segments), (torch.device("cuda"), tiled_only)):
         with segment_backends(device, m):
             assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_on_cuda_a_steps_lengths_share_one_group_and_on_cpus_they_do_not():
+    """A group's launches cost more than thousands of padded rows on CUDA (an H200 ran ragged steps in 0.77
+    of their time with one group), so an adaptive plan's spread of lengths is one group there; on CPUs,
+    where padded rows cost compute, the same step keeps its lengths apart."""
+    lengths = [1] * 24 + [2 + i % 7 for i in range(8)]
+    on_cuda = group_by_length(_spans(lengths), attention.group_cost_rows(torch.device("cuda")))
+    on_cpu = group_by_length(_spans(lengths), attention.group_cost_rows(torch.device("cpu")))
+    assert [len(g) for g in on_cuda] == [32]
+    assert len(on_cpu) > 2 and attention.group_cost_rows(torch.device("cpu")) == attention.GROUP_COST_ROWS
+
+
+def test_the_tiles_mask_is_causal_for_real_rows_and_lets_padding_rows_see_one_key():
+    """`_tiled_group` builds its additive mask on the step's device from [B, q_tile] limits: a real row j of a
+    sequence starting at position p sees keys 0..p + j, a padding row key 0 only (finite, then discarded)."""
+    spans = [(SeqSpan(0, 1, 5, [0]), torch.zeros(1, dtype=torch.long)),
+             (SeqSpan(1, 3, 130, [0] * 9), torch.zeros(9, dtype=torch.long))]
+    g = attention._tiled_group(spans, 16, torch.device("cpu"), q_tile=3, group_size=2)
+    nb = g.bias.shape[1]
+    # [B, nb, G * q_tile, KB] -> [B, G, q_tile, keys]: the G copies of each row are equal
+    allowed = (g.bias == 0).view(2, nb, 2, 3, attention.KEY_BLOCK).permute(0, 2, 3, 1, 4).reshape(2, 2, 3, -1)
+    assert torch.equal(allowed[:, 0], allowed[:, 1])
+    keys = torch.arange(nb * attention.KEY_BLOCK)
+    want = torch.stack([torch.stack([keys <= 5, keys == 0, keys == 0]),
+                        torch.stack([keys <= 130, keys <= 131, keys <= 132])])
+    assert torch.equal(allowed[:, 0], want)
+    assert set(g.bias.unique().tolist()) == {0.0, float("-inf")}
