@@ -9,6 +9,9 @@ What it does not show: in closed loop the setting it favours (40) made adaptive 
 
     python benchmarks/ragged_groups.py --contexts 64,128,256 --requests 4,16,32 --settings 12,24,32,40,64,1000 \
         --repeats 6 --out benchmarks/results/ragged_groups_bf16_cpu.json
+On a GPU machine without the model files (SmolLM2's shape, random weights; a setting applies on CPUs and CUDA):
+    python3 benchmarks/ragged_groups.py --random-weights --device cuda --contexts 256,1024 --requests 32,128 \
+        --settings 12,256,4096,1000000 --repeats 3
 """
 from __future__ import annotations
 

@@ -5,6 +5,8 @@
           verify path needs them not to)? Per weight shape: rows that differ from the row computed alone
   model   the embedded default from its GGUF (scripts/gpu_check.sh joins the parts)
   workers tests/workers on CUDA but the default model's (tiny random models; the tokenizer from .gpu/)
+  ragged  benchmarks/ragged_groups.py on CUDA (SmolLM2's shape, random weights: call 1 can run it): ragged
+          steps' forward under the attention's group prices, 12 (the CPUs') against 4096 (CUDA's)
   lossless the default model's tests on CUDA: greedy output with n-gram, the trained draft and adaptive
           verification equal to no speculation, token for token
   bench   BENCH_METHOD (draft) on BENCH_WORKLOAD (sharegpt) prompts, sustained closed loop, concurrency
@@ -13,7 +15,7 @@
           its probes cost) and every engine's step times (forward, drafter, policy, other host work);
           a new point starts only before BENCH_UNTIL; BENCH_PROBE_LOG=1 adds scripts/probe_log.py's log
           (each probe as priced and as run, the drafter's forwards timed apart)
-Usage (see scripts/gpu_check.sh): python3 scripts/gpu_check.py env gemm workers | model lossless bench
+Usage (see scripts/gpu_check.sh): python3 scripts/gpu_check.py env gemm workers ragged | model lossless bench
 """
 from __future__ import annotations
 
@@ -103,6 +105,16 @@ def workers() -> dict:
     # worker: with all 16 cores each, the simulator's test (4 s on 2 cores) ran past the 90 s timeout there
     return _pytest(["tests/workers", "-m", "not model", "-n", "8", "-v", "--timeout", "90"], 240, "pytest_workers.log",
                    threads=max(1, (os.cpu_count() or 8) // 8))
+
+
+def ragged() -> dict:
+    out = OUT / "ragged_groups.json"
+    cmd = [sys.executable, "benchmarks/ragged_groups.py", "--random-weights", "--device", "cuda", "--contexts",
+           "256,1024", "--requests", "32,128", "--settings", "12,4096", "--repeats", "3", "--out", str(out)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    print(r.stdout[-3000:] + r.stderr[-2000:], flush=True)
+    return {"command": " ".join(cmd[1:]), "rc": r.returncode,
+            "result": json.loads(out.read_text()) if out.exists() else None}
 
 
 def bench() -> dict:
