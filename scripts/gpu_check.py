@@ -162,8 +162,14 @@ def _since(times, then: dict | None) -> dict:
 
     from workers.metrics import StepTimes
 
-    now = asdict(times)
-    return StepTimes(**{f.name: now[f.name] - (then or {}).get(f.name, 0) for f in fields(StepTimes)}).to_dict()
+    now, then = asdict(times), then or {}
+
+    def less(name: str):
+        if isinstance(now[name], dict):  # policy_calls: seconds by call
+            return {k: v - then.get(name, {}).get(k, 0.0) for k, v in now[name].items()}
+        return now[name] - then.get(name, 0)
+
+    return StepTimes(**{f.name: less(f.name) for f in fields(StepTimes)}).to_dict()
 
 
 def _save(report: dict, tag: str) -> None:

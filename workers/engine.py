@@ -221,7 +221,9 @@ class LLMEngine:
         """One of the adaptive verifier's calls, its time counted in the step's policy time (`step_times`)."""
         t = time.perf_counter()
         call(*args)
-        self._policy_s += time.perf_counter() - t
+        seconds = time.perf_counter() - t
+        self._policy_s += seconds
+        self.step_times.observe_policy(call.__name__, seconds)
 
     def _propose(self, decodes: list[tuple[Request, int]]) -> Proposal | None:
         """None when no request may draft: the proposer is not called (its copies of the requests' tokens

@@ -87,6 +87,11 @@ class StepTimes:
     forward_s: float = 0.0
     draft_s: float = 0.0
     policy_s: float = 0.0
+    # policy_s by the verifier's call (plan_depths, trim, learn, observe_step): which one to make cheaper
+    policy_calls: dict[str, float] = field(default_factory=dict)
+
+    def observe_policy(self, call: str, seconds: float) -> None:
+        self.policy_calls[call] = self.policy_calls.get(call, 0.0) + seconds
 
     def observe(self, wall_s: float, forward_s: float, draft_s: float, policy_s: float) -> None:
         self.steps += 1
@@ -100,7 +105,8 @@ class StepTimes:
         per = lambda s: round(1000 * s / self.steps, 3) if self.steps else 0.0  # noqa: E731
         other = self.wall_s - self.forward_s - self.draft_s - self.policy_s
         return {"steps": self.steps, "wall_ms": per(self.wall_s), "forward_ms": per(self.forward_s),
-                "draft_ms": per(self.draft_s), "policy_ms": per(self.policy_s), "other_ms": per(other)}
+                "draft_ms": per(self.draft_s), "policy_ms": per(self.policy_s), "other_ms": per(other),
+                "policy_ms_by_call": {call: per(s) for call, s in sorted(self.policy_calls.items())}}
 
 
 def _add_lists(a: list[int], b: list[int]) -> list[int]:

@@ -174,4 +174,7 @@ def test_adaptive_verification_is_lossless_and_trims(tiny_target, tiny_draft, tm
         assert times["steps"] == eng.num_steps and times["policy_ms"] > 0 and times["forward_ms"] > 0
         parts = times["forward_ms"] + times["draft_ms"] + times["policy_ms"] + times["other_ms"]
         assert abs(parts - times["wall_ms"]) < 0.01 and times["other_ms"] > 0
+        by_call = times["policy_ms_by_call"]  # the policy's time by the verifier's call, adding up to it
+        assert set(by_call) == {"plan_depths", "trim", "learn", "observe_step"}
+        assert abs(sum(by_call.values()) - times["policy_ms"]) < 0.01
     assert list((tmp_path / "cost_tables").glob("*.json"))  # persisted: a restart reuses it
