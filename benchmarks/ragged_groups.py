@@ -111,8 +111,10 @@ def main() -> None:
     a = ap.parse_args()
     settings = [int(x) for x in a.settings.split(",")]
     contexts, requests = [int(x) for x in a.contexts.split(",")], [int(x) for x in a.requests.split(",")]
-    runner = _random_runner(a.device, max(requests) * (max(contexts) + 16)) if a.random_weights else LLMEngine(EngineConfig(
-        kv_cache_memory_gb=0.5, device=a.device, spec=SpecConfig(method="off"))).runner
+    if a.random_weights:
+        runner = _random_runner(a.device, max(requests) * (max(contexts) + 16))
+    else:
+        runner = LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, device=a.device, spec=SpecConfig(method="off"))).runner
     dtype = runner.model.dtype
     if attention.fixed_tile_needed(dtype):
         raise SystemExit(f"{dtype}: every sequence is padded to one fixed tile; nothing to measure")
@@ -130,11 +132,12 @@ def main() -> None:
     print("all points, ragged steps vs the first setting (geometric mean):", overall)
     if a.out:
         dev = runner.model.device
+        gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else None
         a.out.write_text(json.dumps({"settings": settings, "repeats": a.repeats, "dtype": str(dtype),
                                      "random_weights": a.random_weights, "device": str(dev),
                                      "machine": {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
                                                  "cores": os.cpu_count(),
-                                                 "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None},
+                                                 "gpu": gpu},
                                      "overall": overall, "points": points}, indent=1) + "\n")
 
 

@@ -145,8 +145,8 @@ GROUP_COST_ROWS = 12
 # The same on CUDA, where a step is bound by the host's launches (SmolLM2 on an H200: 35-70 ms a step at
 # c=8-128): a group's ~20 ops x 30 layers cost what thousands of padded rows do. Measured on an H200
 # (benchmarks/ragged_groups.py --random-weights, contexts 256 and 1024, 32 and 128 requests, 2026-12-04): 12
-# ragged shapes ran 0.768 of their time at 12 (geometric mean; 256: 0.833, 10^6: 0.771); 31 x 1 + 1 x 2 rows
-# 34.4 -> 25.0 ms and 24 x 1 + 8 x (2..8) 45.4 -> 25.3 ms at 32 requests, context 256.
+# ragged shapes took 0.768x their time at 12 (geometric mean; 256: 0.833x, 10^6: 0.771x); 31 x 1 + 1 x 2 rows
+# 34.4 -> 25.4 ms and 24 x 1 + 8 x (2..8) 45.4 -> 25.3 ms at 32 requests, context 256.
 GROUP_COST_ROWS_CUDA = 4096
 
 
