@@ -80,8 +80,8 @@ class StepTimes:
     """Where the engine's steps went, summed over steps: the target's forward, the drafter, the adaptive
     verifier's own calls (depth plan, trim, learning, cost refresh) and the rest of the host's work
     (scheduling, the sampler, appending tokens). Per step, the host's share is what a faster accelerator
-    cannot shrink: on an H200 a step of the default model took 30-45 ms at 8-128 requests (2026-12-04), so
-    0.5 ms of policy is 1-1.7% there against ~0.3% of a CPU step."""
+    cannot shrink: on an H200 a step of the default model took 30-70 ms at 8-128 requests (two machines,
+    2026-12-04), so 0.5 ms of policy is 0.7-1.7% there against ~0.3% of a CPU step."""
     steps: int = 0
     wall_s: float = 0.0
     forward_s: float = 0.0
