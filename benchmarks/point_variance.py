@@ -108,6 +108,8 @@ def main() -> None:
                     help="cycles per grid point in the 'grid point' figures (the grid's --repeat)")
     ap.add_argument("--out", default=None, help="JSON (default benchmarks/results/point_variance_<point>_cpu.json)")
     ap.add_argument("--misses", metavar="GRID_JSON", help="run every point where that grid's adaptive missed 0.98")
+    ap.add_argument("--tag", default="", help="put into the default JSON names (point_variance_<point>_<tag>_cpu.json), "
+                    "so a rerun of a point on another machine or commit keeps the earlier file")
     ap.add_argument("--table", nargs="+", metavar="JSON", help="only print the docs' table of earlier results")
     args = ap.parse_args()
     if args.cycles < args.grid_repeat:
@@ -123,8 +125,9 @@ def main() -> None:
         print(f"{len(points)} points missed 0.98 in {args.misses}: {points}", flush=True)
     for method, workload, c in points:
         out = None if args.misses else args.out
+        tag = f"_{args.tag}" if args.tag else ""
         run_point(method, workload, c, args.cycles, [int(k) for k in args.fixed.split(",")], args.max_tokens,
-                  args.per_slot, Path(out or f"benchmarks/results/point_variance_{method}_{workload}_c{c}_cpu.json"),
+                  args.per_slot, Path(out or f"benchmarks/results/point_variance_{method}_{workload}_c{c}{tag}_cpu.json"),
                   args.placebo, args.interleave, args.grid_repeat, tuple(args.variant))
 
 
