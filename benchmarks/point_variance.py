@@ -45,8 +45,10 @@ def analyse(samples: dict[str, list[float]], adaptive: str, placebo: str | None 
     """Per configuration: its tokens/s spread. Adaptive: its ratio to the best other configuration of the
     same cycle (and to no speculation), and the ratio a grid point would report (medians over `grid_repeat`
     cycles, each configuration its own median) for every choice of `grid_repeat` cycles. With a `placebo`
-    (a copy of one fixed configuration), the same figures for it, against the same configurations."""
-    fixed = [m for m in samples if m not in (adaptive, placebo)]
+    (a copy of one fixed configuration), the same figures for it, against the same configurations; so for each
+    of the `variants` (other adaptive configurations). Adaptive, the placebo and the variants are never part
+    of what they are read against: a variant's ratio once counted itself in the max, which capped it at 1.0."""
+    fixed = [m for m in samples if m not in (adaptive, placebo, *variants)]  # no speculation and fixed k
     out = {"tokens_per_s": {m: quantiles(v) for m, v in samples.items()},
            "relative_spread": {m: round((max(v) - min(v)) / statistics.median(v), 4) for m, v in samples.items()},
            "grid_repeat": grid_repeat, **against(samples, adaptive, fixed, grid_repeat)}

@@ -47,3 +47,14 @@ def test_a_placebo_is_read_like_adaptive_against_the_same_configurations():
     assert out["placebo"]["paired_ratio"]["median"] == pytest.approx(1.0)
     assert out["placebo"]["medians_ratio"] == pytest.approx(1.0)
     assert "placebo" not in analyse(samples, "adaptive")
+
+
+def test_variants_are_read_against_no_speculation_and_fixed_k_only():
+    samples = {"off": [100.0, 100.0], "k2": [90.0, 110.0], "adaptive": [95.0, 99.0], "adaptive#v": [105.0, 121.0]}
+    out = analyse(samples, "adaptive", variants=("adaptive#v",))
+    # adaptive: 95 / 100 and 99 / 110, not against the variant's 105 and 121
+    assert out["paired_ratio"]["min"] == pytest.approx(0.9)
+    assert out["paired_ratio"]["max"] == pytest.approx(0.95)
+    # the variant: 105 / 100 and 121 / 110, above 1.0 (it once counted itself in the max)
+    assert out["variants"]["adaptive#v"]["paired_ratio"]["min"] == pytest.approx(1.05)
+    assert out["variants"]["adaptive#v"]["paired_ratio"]["max"] == pytest.approx(1.1)
