@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from workers.attention import SMALL_ROWS
+from workers.attention import SMALL_ROWS, padded_key_slots
 from workers.budget import choose_verify_lengths, drafting_cannot_pay, plan_verify_lengths, step_seconds, survival
 from workers.cost_table import (DEFAULT_EXTRA_TOKENS, RAGGED_EXTRA, CostTable, GroupCostFit, hardware_key,
                                 load_or_measure)
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PROFILE_CONTEXT = 256  # context length of the warm-up steps
+PROFILE_KEY_SLOTS = padded_key_slots(PROFILE_CONTEXT + 1)  # what each warm-up sequence's attention gathers
+# The warm-up's context cells (`CostTable.key_slot_s`): one step of r x 1 token at this much more context
+CONTEXT_PROBE = 256
 # One request planned at depth 0 drafts one position anyway now and then (a probe): estimates come from the
 # draft's own features, so a request planned at depth 0 never gets new ones and stayed undrafted for good
 # (measured: the trained draft on repetitive prompts at c=1 drafted 0 of 188 steps, 18.9 tok/s vs 21-22 for
@@ -153,6 +156,7 @@ class AdaptiveVerifier:
         self.calibrate_survival = calibrate_survival  # with `calibrate`: its survival too, per position
         self.capacity_planner: CapacityPlanner | None = None
         self.overhead_s = 0.0  # EMA of the step's host time outside the target forward and the drafting
+        self._keys_s = 0.0  # this step's attention beyond the table's context, as planned (`_context_s`)
         # the same on pure decode steps, apart for steps that drafted and steps that did not (draft_host_s)
         self._host_s: dict[bool, float | None] = {True: None, False: None}
         self.verified_positions = 0
@@ -206,9 +210,14 @@ class AdaptiveVerifier:
         requests = tuple(r for r in (1, 2, 4, 8, 16, 32, 64) if r <= cfg.max_num_seqs)
         requests_fit = _requests_that_fit(engine.runner, requests, 1 + max(DEFAULT_EXTRA_TOKENS + RAGGED_EXTRA), path)
         row_block = SMALL_ROWS if cfg.batch_invariant else 1  # a property of the runner, not the file
+        long = PROFILE_CONTEXT + CONTEXT_PROBE
         cost = load_or_measure(path, lambda r, n: _profile_step(engine.runner, r, n),
                                budget_s=cfg.spec.cost_table_budget_s, requests=requests_fit,
-                               ragged_step=lambda rows: _profile_rows(engine.runner, rows), row_block=row_block)
+                               ragged_step=lambda rows: _profile_rows(engine.runner, rows), row_block=row_block,
+                               context_step=lambda r: _profile_rows(engine.runner, [1] * r, long),
+                               context_slots=padded_key_slots(long + 1) - PROFILE_KEY_SLOTS,
+                               context_requests=_requests_that_fit(engine.runner, requests_fit, long + 1 - PROFILE_CONTEXT,
+                                                                   path, quiet=True))
         cost.row_block = row_block
         k = engine.k
         draft_cost = None
@@ -234,6 +243,7 @@ class AdaptiveVerifier:
         """Before drafting: cap each request's draft depth where the running mean of the estimates says deeper
         positions will not be verified (drafting them would be pure cost). Free drafts (n-gram) keep k."""
         self._planned = self._planned_mixed = self._planned_drafting = self._probe_priced = None
+        self._keys_s = self._context_s(plan)
         if not plan.decodes or (self.draft_cost is None and self.capacity_planner is None):
             return
         reqs = [r for r, _ in plan.decodes]
@@ -280,7 +290,7 @@ class AdaptiveVerifier:
                 iteration_s = self.draft_cost.lookup(B, B)
                 drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
                 chosen = plan_verify_lengths(rated, self.cost, *step, self._base_emitted(plan, step[1]),
-                                             self.overhead_s, drafting * iteration_s,
+                                             self._fixed_s, drafting * iteration_s,
                                              drafting * amortised, draft_host_s=self.draft_host_s,
                                              decode_rows_floor=bool(plan.prefills),
                                              **(self.calibration.scales(row) if calibrated else {}))
@@ -338,7 +348,7 @@ class AdaptiveVerifier:
                     for r, d, e in zip(reqs, depths, extra) if d > 0) * self._catch_up_row_s(B)
         drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
         step_s = step_seconds(self.cost, B + len(plan.prefills), B + prefill_tokens, B, len(ranked),
-                              self.overhead_s, decode_rows_floor=bool(plan.prefills))
+                              self._fixed_s, decode_rows_floor=bool(plan.prefills))
         scales = self.calibration.scales(row) if calibrated else {"plain_scale": 1.0, "spec_scale": 1.0}
         return drafting_cannot_pay(ranked, step_s, self._base_emitted(plan, B + prefill_tokens),
                                    scales["plain_scale"], scales["spec_scale"],
@@ -358,7 +368,7 @@ class AdaptiveVerifier:
     def _probe_planned(self, row: int, B: int, scores: torch.Tensor) -> tuple[int, float, torch.Tensor]:
         """A probe step as the calibration predicts it: the plain step, one draft iteration, its catch-up, one
         more row (`_probe_cost_s`), and the host time of a drafting step."""
-        plain_s = self.cost.lookup(B, B) + self.overhead_s
+        plain_s = self.cost.lookup(B, B) + self._fixed_s
         return row, plain_s + self._probe_cost_s + self.draft_host_s, scores
 
     def _rated(self, scores: torch.Tensor, row: int, mixed: bool, calibrated: bool) -> torch.Tensor:  # [B, K]
@@ -467,6 +477,20 @@ class AdaptiveVerifier:
         """The draft's seconds per catch-up row: its warm-up table's catch-up column, scaled online."""
         return self._catch_up_scale * self.draft_cost.row_slope(requests, 1 + CATCH_UP_ROWS)
 
+    def _context_s(self, plan: "ScheduledStep") -> float:
+        """The seconds the step's decodes' attention adds to the table's price, as a step without drafts
+        runs it (one group: every sequence padded to the longest context), `CostTable.key_slot_s`. Drafts
+        change the grouping a little; what they add is priced by the table's rows."""
+        if not self.cost.key_slot_s or not plan.decodes:
+            return 0.0
+        longest = max(r.num_computed for r, _ in plan.decodes) + 1
+        return self.cost.key_slot_s * len(plan.decodes) * (padded_key_slots(longest) - PROFILE_KEY_SLOTS)
+
+    @property
+    def _fixed_s(self) -> float:
+        """What every option of this step pays beside the table's price: host overhead and the contexts."""
+        return self.overhead_s + self._keys_s
+
     @property
     def estimator_ready(self) -> bool:
         return getattr(self.estimator, "ready", True)
@@ -495,7 +519,7 @@ class AdaptiveVerifier:
         else:
             t = time.perf_counter()
             lengths = choose_verify_lengths(scores, self.cost, requests, base_tokens,
-                                            self._base_emitted(plan, base_tokens), self.overhead_s,
+                                            self._base_emitted(plan, base_tokens), self._fixed_s,
                                             prefill_tokens=prefill_tokens)
             self._search_s += TRIM_SEARCH_RATE * (time.perf_counter() - t - self._search_s)
         kept = torch.minimum(n, self._maybe_explore(lengths, n))
@@ -567,7 +591,7 @@ class AdaptiveVerifier:
 
     def observe_step(self, wall_s: float, forward_s: float, draft_s: float, requests: int, tokens: int,
                      pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0,
-                     ragged_extra: int = 0, extra_groups: int = 0) -> None:
+                     ragged_extra: int = 0, extra_groups: int = 0, tiled_seqs: int = 0, key_slots: int = 0) -> None:
         """Refresh the cost model from a finished step: the target's forward (pure decode steps only:
         prefill chunks lie far outside the grid, at other context lengths; a uniform step refreshes the
         uniform cells, a ragged one, whose longest request computed 1 + `ragged_extra` rows, the ragged cost:
@@ -575,13 +599,17 @@ class AdaptiveVerifier:
         beyond two; `CostTable.observe_ragged` says why),
         the drafter's time (it ran `draft_depth` batched iterations for
         `draft_requests` requests, the first with the catch-up rows planned for them), the host overhead, and
-        (a draft model's pure decode steps) the depth plan's calibration."""
+        (a draft model's pure decode steps) the depth plan's calibration. The forward is read at the table's
+        context: less `key_slot_s` x the `key_slots` its `tiled_seqs` sequences' attention gathered beyond it."""
+        keys_s = self.cost.key_slot_s * (key_slots - tiled_seqs * PROFILE_KEY_SLOTS) if tiled_seqs else 0.0
+        host_s = max(0.0, wall_s - forward_s - draft_s)
+        forward_s -= keys_s
         # the table's row and uniform lookup for this step, read once and before this step refreshes them
         row, table_s = (self.cost.nearest_requests(requests), self.cost.lookup(requests, tokens)) if pure_decode \
             else (0, 0.0)
         if self.calibrate and self.draft_cost is not None and pure_decode:
             if draft_depth == 0:
-                self.calibration.observe_plain(row, wall_s, table_s + self.overhead_s)
+                self.calibration.observe_plain(row, wall_s, table_s + self.overhead_s + keys_s)
             elif self._planned is not None:
                 self.calibration.observe_spec(self._planned[0], wall_s, self._planned[1])
         if self._planned_drafting is not None and not pure_decode and draft_depth > 0:
@@ -601,7 +629,6 @@ class AdaptiveVerifier:
             self._observe_target(requests, tokens, forward_s)
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
             self._observe_draft(draft_s, draft_requests, draft_depth)
-        host_s = max(0.0, wall_s - forward_s - draft_s)
         if self._probe_priced is not None and draft_depth > 0:  # a probe ran: its drafter and extra host time
             self.probe_draft_s += draft_s
             if pure_decode:  # its forward against the plain step's lookup (all requests 1 row), as run now
@@ -689,8 +716,8 @@ class AdaptiveVerifier:
         B = len(plan.decodes)
         if not plan.prefills or B == 0:
             return float(B)
-        decode_s = self.cost.lookup(B, B) + self.overhead_s
-        base_s = self.cost.lookup(B + len(plan.prefills), base_tokens) + self.overhead_s
+        decode_s = self.cost.lookup(B, B) + self._fixed_s
+        base_s = self.cost.lookup(B + len(plan.prefills), base_tokens) + self._fixed_s
         return max(float(B), B * base_s / decode_s)
 
     def learn(self, proposal: "Proposal", verify: list[tuple[int, object, int, int]], accepted: list[int]) -> None:
@@ -736,15 +763,16 @@ class AdaptiveVerifier:
 def target_table_path(engine: "LLMEngine") -> Path:
     """Where the target's warm-up table is kept: keyed by model, tensor parallelism, dtype and hardware
     (`|blocks`: tables measured before the ragged cells and the row blocks' cost existed are not reused;
-    `|ragged-by-count`: nor those whose budget cut left the ragged cells of all but the smallest request count)."""
+    `|ragged-by-count`: nor those whose budget cut left the ragged cells of all but the smallest request count;
+    `|keys`: nor those without the context cells, `CostTable.key_slot_s`)."""
     cfg = engine.config
     tp = f"|tp{cfg.tensor_parallel_size}" if cfg.tensor_parallel_size > 1 else ""
-    key = hardware_key(cfg.model + tp + "|blocks|ragged-by-count", str(engine.model.dtype), str(engine.model.device))
+    key = hardware_key(cfg.model + tp + "|blocks|ragged-by-count|keys", str(engine.model.dtype), str(engine.model.device))
     return cache_dir() / "cost_tables" / f"{key}.json"
 
 
 def _requests_that_fit(runner: ModelRunner | None, requests: tuple[int, ...], rows: int,
-                       table: Path | None = None) -> tuple[int, ...]:
+                       table: Path | None = None, quiet: bool = False) -> tuple[int, ...]:
     """The warm-up's request counts whose steps (`rows` positions each at PROFILE_CONTEXT) fit in the runner's
     KV pool (all of them when the `table` is on disk and so not measured, or with no local runner); the
     others are left out (the table extrapolates) with a warning. A 0.5 GB fp32 pool (728 blocks of
@@ -755,7 +783,7 @@ def _requests_that_fit(runner: ModelRunner | None, requests: tuple[int, ...], ro
         return requests
     per_request = -(-(PROFILE_CONTEXT + rows) // pool.block_size)
     fit = tuple(r for r in requests if r * per_request <= pool.num_free) or requests[:1]
-    if len(fit) < len(requests):
+    if len(fit) < len(requests) and not quiet:
         log.warning("cost table: the KV pool (%d blocks free) holds warm-up steps of up to %d requests; "
                     "larger counts are extrapolated (raise kv_cache_memory_gb to measure them)",
                     pool.num_free, fit[-1])
@@ -767,12 +795,12 @@ def _profile_step(runner: ModelRunner, requests: int, tokens: int) -> None:
     _profile_rows(runner, [tokens // requests] * requests)
 
 
-def _profile_rows(runner: ModelRunner, rows: list[int]) -> None:
-    """One step of sequences at PROFILE_CONTEXT computing `rows[i]` positions each (all of them logits)."""
-    nb = -(-(PROFILE_CONTEXT + max(rows)) // runner.block_size)
+def _profile_rows(runner: ModelRunner, rows: list[int], context: int = PROFILE_CONTEXT) -> None:
+    """One step of sequences at `context` computing `rows[i]` positions each (all of them logits)."""
+    nb = -(-(context + max(rows)) // runner.block_size)
     blocks = runner.pool.allocate(len(rows) * nb)
     try:
-        runner.run([StepChunk([7] * n, PROFILE_CONTEXT, blocks[i * nb:(i + 1) * nb], n) for i, n in enumerate(rows)])
+        runner.run([StepChunk([7] * n, context, blocks[i * nb:(i + 1) * nb], n) for i, n in enumerate(rows)])
         if runner.model.device.type == "cuda":  # else the timer reads the kernels' launch, not their run
             torch.cuda.synchronize(runner.model.device)
     finally:

@@ -40,6 +40,12 @@ SMALL_ROWS = 32  # bf16 GEMM rows are bit-identical for any M <= 32 (measured, a
 SEGMENT_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
+def padded_key_slots(context_len: int) -> int:
+    """Key slots a tiled sequence of `context_len` tokens is gathered over when it is the longest of its group:
+    its context rounded up to whole KEY_BLOCKs (every sequence of a group pads to its longest's)."""
+    return -(-context_len // KEY_BLOCK) * KEY_BLOCK
+
+
 def segment_backends(device: torch.device, meta: "AttentionMetadata") -> AbstractContextManager:
     """The SDPA backends a step's prefill segments may use (SEGMENT_BACKENDS on CUDA; as they are elsewhere)."""
     return sdpa_kernel(SEGMENT_BACKENDS) if meta.segments and device.type == "cuda" else nullcontext()
@@ -216,8 +222,8 @@ class _RowBlocks:
 def _tiled_group(small: list[tuple[SeqSpan, torch.Tensor]], block_size: int, device: torch.device,
                  q_tile: int, group_size: int) -> TiledGroup:
     B = len(small)
-    nb = -(-max(s.context_len for s, _ in small) // KEY_BLOCK)
-    lp = nb * KEY_BLOCK
+    lp = padded_key_slots(max(s.context_len for s, _ in small))
+    nb = lp // KEY_BLOCK
     qlen = torch.tensor([s.query_len for s, _ in small])
     start = torch.tensor([s.start_pos for s, _ in small])
     qstart = torch.tensor([s.query_start for s, _ in small])

@@ -12,6 +12,15 @@ small ops per layer. Measured at 8 requests, context 256: 7 x 1 + 1 x 2 rows 71.
 (a uniform 8 x 2 prices the 9th row at 2.1 ms); 7 x 1 + 1 x 8 rows 90.1 ms against 83.4 for 8 x 2. So the
 table also measures `ragged` cells: the extra seconds of a step where one request computes `1 + e` rows and
 the others 1, over the uniform lookup of the same tokens.
+
+Every cell is measured at one context (the warm-up's), yet a step's attention gathers each sequence's keys
+padded to its group's longest context (workers/attention.py): ~3.5-4 us per key slot per sequence on an AMD
+EPYC (bf16, 2 threads; 2-32 requests at contexts 100-1000, ad hoc), so 32 requests at context 512 took 136 ms
+where the table's 256 took 102. The table keeps that apart as `key_slot_s` (measured at warm-up): steps are
+priced and observed at the table's context plus `key_slot_s` x their key slots beyond it. Scaling the row
+by such steps instead moved the price of every verified row with the plain step's contexts: at n-gram,
+ShareGPT c=32 plain steps ran 1.16x the table and fixed k=4's (split into groups, each padded less) 0.96-1.00x,
+so the refreshed row priced a verified row ~17% high (docs/performance.md).
 """
 from __future__ import annotations
 
@@ -70,6 +79,8 @@ class CostTable:
     # seconds each query-length group beyond the ragged cells' two adds to a step (learned online, see
     # GroupCostFit; not persisted): the runner's attention pads each distinct query length as its own group
     group_s: float = 0.0
+    # seconds per key slot of one sequence beyond the warm-up's context (module docstring; 0: not measured)
+    key_slot_s: float = 0.0
     _curves: dict = field(default_factory=dict, repr=False, compare=False)  # lookup curves, cleared on refresh
 
     def _row(self, requests: int) -> int:
@@ -230,7 +241,8 @@ class CostTable:
         (Moving only the nearest cell towards the raw time flattened the curve: steps with a few more tokens
         than a cell pulled it up, steps with fewer pulled the next one down, so extra verify tokens looked
         ever cheaper. Moving only the cells read left the others where the warm-up put them, see
-        LEVEL_SHARE.) The row's ragged cells, seconds of the same steps, take the level step too."""
+        LEVEL_SHARE.) The row's ragged cells, seconds of the same steps, and `key_slot_s` take the level step
+        too."""
         if not self.seconds:
             return
         r = self._row(max(1, requests))
@@ -243,6 +255,9 @@ class CostTable:
             self.seconds[(r, t)] *= 1.0 + ema * share * (ratio - 1.0)
         for key in [k for k in self.ragged if k[0] == r]:
             self.ragged[key] *= 1.0 + ema * LEVEL_SHARE * (ratio - 1.0)
+        # the keys' cost moves with the machine's speed too (the 32 x 1 cell and key_slot_s read 102 ms and
+        # ~4 us in one hour, 151 ms and 6.6 us in another, ad hoc); one value for all rows, as it was per slot
+        self.key_slot_s *= 1.0 + ema * LEVEL_SHARE * (ratio - 1.0)
         self._curves.clear()
 
     def observe_ragged(self, requests: int, extra: int, seconds: float) -> None:
@@ -271,14 +286,16 @@ class CostTable:
     def to_json(self) -> str:
         return json.dumps({"seconds": [[r, t, s] for (r, t), s in sorted(self.seconds.items())],
                            "ragged": [[r, e, s] for (r, e), s in sorted(self.ragged.items())],
-                           "row_block": self.row_block, "block_rows": self.block_rows})
+                           "row_block": self.row_block, "block_rows": self.block_rows,
+                           "key_slot_s": self.key_slot_s})
 
     @classmethod
     def from_json(cls, text: str) -> "CostTable":
         data = json.loads(text)
         return cls({(int(r), int(t)): float(s) for r, t, s in data["seconds"]},
                    {(int(r), int(e)): float(s) for r, e, s in data.get("ragged", [])},
-                   row_block=int(data.get("row_block", 1)), block_rows=data.get("block_rows"))
+                   row_block=int(data.get("row_block", 1)), block_rows=data.get("block_rows"),
+                   key_slot_s=float(data.get("key_slot_s", 0.0)))
 
 
 def extra_groups(rows: list[int]) -> int:
@@ -352,14 +369,20 @@ def hardware_key(model: str, dtype: str, device: str) -> str:
 
 def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAULT_REQUESTS,
             extra: tuple[int, ...] = DEFAULT_EXTRA_TOKENS, budget_s: float = 60.0, repeats: int = 5,
-            ragged_step: Callable[[list[int]], None] | None = None, row_block: int = 1) -> CostTable:
+            ragged_step: Callable[[list[int]], None] | None = None, row_block: int = 1,
+            context_step: Callable[[int], None] | None = None, context_slots: int = 0,
+            context_requests: tuple[int, ...] = ()) -> CostTable:
     """Time `step(requests, tokens)` over the grid (median of `repeats`), smallest cells first, within the
     time budget: a cell whose `repeats` steps the table so far predicts to end past it is left out (lookups
     extrapolate), and so is every cell once the budget is spent. Checking only that time was left let the
     last cell run the whole budget over (its 5 steps of 64 x 9 tokens are the grid's longest). With `ragged_step`
     (rows per request -> one step), each request count >= 2 also gets its `ragged` cells, priced against
-    the lookup the policy will make (`row_block` as the runner computes)."""
+    the lookup the policy will make (`row_block` as the runner computes). With `context_step` (r requests x 1
+    token, each `context_slots` key slots beyond the grid's context), each of `context_requests` times one more
+    step, and `key_slot_s` is their seconds over the plain cells' per slot, pooled (per slot it was about the
+    same at 2-32 requests; the largest counts, least noisy, weigh most)."""
     table = CostTable(row_block=row_block)
+    over = [0.0, 0.0]  # seconds and sequence-slots of the context cells over their plain cells
 
     def median_s(run: Callable[[], None]) -> float:
         times = []
@@ -375,26 +398,32 @@ def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAUL
     # each request count's ragged cells right after its uniform ones: a budget cut then loses the largest
     # request counts, which extrapolate, rather than every ragged cell but the first (the uniform grid first
     # left an AVX2 machine with only the 2-request cells, read at every request count; see observe_ragged)
-    cells = [c for r in requests for c in [(r, e, False) for e in extra]
-             + [(r, e, True) for e in RAGGED_EXTRA if r > 1 and ragged_step]]
-    skipped: list[tuple[int, int, bool]] = []
-    for r, e, ragged in cells:
-        if ragged and table.block_rows is None and row_block > 1 and (row_block, 2 * row_block) in table.seconds:
+    # (requests, extra rows, kind): each request count's ragged and context cells right after its uniform ones
+    cells = [c for r in requests for c in [(r, e, "uniform") for e in extra]
+             + [(r, e, "ragged") for e in RAGGED_EXTRA if r > 1 and ragged_step]
+             + ([(r, 0, "context")] if context_step and context_slots > 0 and r in context_requests else [])]
+    skipped: list[tuple[int, int, str]] = []
+    for r, e, kind in cells:
+        if kind == "ragged" and table.block_rows is None and row_block > 1 and (row_block, 2 * row_block) in table.seconds:
             # before the ragged cells of the row-block size and above, priced against the lookup this changes
             table.block_rows = block_cost_rows(table, median_s(lambda: ragged_step([1] * (row_block - 1) + [2])))
-        predicted = repeats * _predicted_step_s(table, r, r * (1 + e) if not ragged else r + e)
-        if time.perf_counter() + predicted > deadline:
-            skipped.append((r, e, ragged))
+        predicted = repeats * _predicted_step_s(table, r, r + e if kind == "ragged" else r * (1 + e))
+        if time.perf_counter() + predicted * (1.5 if kind == "context" else 1.0) > deadline:
+            skipped.append((r, e, kind))
             continue
-        if not ragged:
+        if kind == "uniform":
             table.seconds[(r, r * (1 + e))] = median_s(lambda: step(r, r * (1 + e)))
-        elif (r, r) in table.seconds:
+        elif (r, r) in table.seconds and kind == "ragged":
             s = median_s(lambda: ragged_step([1] * (r - 1) + [1 + e]))
             table.ragged[(r, e)] = max(0.0, s - table.lookup(r, r + e))
+        elif (r, r) in table.seconds:
+            over[0] += median_s(lambda: context_step(r)) - table.seconds[(r, r)]
+            over[1] += r * context_slots
+    table.key_slot_s = max(0.0, over[0] / over[1]) if over[1] else 0.0
     if skipped:
         log.warning("cost table: %d of %d cells did not fit the %.0f s budget and are extrapolated "
-                    "(first: %d requests, %d extra rows%s)", len(skipped), len(cells), budget_s, skipped[0][0],
-                    skipped[0][1], ", ragged" if skipped[0][2] else "")
+                    "(first: %d requests, %d extra rows, %s)", len(skipped), len(cells), budget_s, skipped[0][0],
+                    skipped[0][1], skipped[0][2])
     return table
 
 
