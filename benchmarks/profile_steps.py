@@ -19,7 +19,7 @@ import time
 from workers.bench import _spec, _warmed, run_ours, sustained_plan, varied_lengths, workload_prompts
 from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig
-from workers.adaptive import target_table_path
+from workers.adaptive import PROFILE_KEY_SLOTS, target_table_path
 from workers.cost_table import CostTable, ragged_extra
 from workers.engine import LLMEngine
 
@@ -27,7 +27,8 @@ from workers.engine import LLMEngine
 def instrument(e: LLMEngine) -> dict:
     T = collections.Counter()
     lengths: collections.Counter = collections.Counter()
-    decode_steps: list[tuple[int, int, int, float]] = []  # (requests, tokens, ragged extra rows, forward seconds)
+    # (requests, tokens, ragged extra rows, forward seconds, key slots beyond the warm-up's context)
+    decode_steps: list[tuple[int, int, int, float, int]] = []
     kinds = collections.defaultdict(collections.Counter)  # "prefill" | "decode" -> steps, tokens emitted, fwd s
     drafts: list[tuple] = []  # adaptive: (request, its length then, draft tokens, verified, step also prefilled)
     rr, pp, vv, st = e.runner.run, e._propose, e._verify, e.step
@@ -48,7 +49,8 @@ def instrument(e: LLMEngine) -> dict:
         T["last_pure"] = all(c.num_logits == len(c.token_ids) for c in chunks)
         if T["last_pure"]:  # a pure decode/verify step
             rows = [len(c.token_ids) for c in chunks]
-            decode_steps.append((len(chunks), sum(rows), ragged_extra(rows), time.perf_counter() - t))
+            over = e.runner.key_slots - e.runner.tiled_seqs * PROFILE_KEY_SLOTS
+            decode_steps.append((len(chunks), sum(rows), ragged_extra(rows), time.perf_counter() - t, over))
         return out
 
     def step():
@@ -106,18 +108,22 @@ def uninstrument(e: LLMEngine) -> None:
         e.adaptive.trim = type(e.adaptive).trim.__get__(e.adaptive)
 
 
-def table_check(steps: list[tuple[int, int, int, float]], table: CostTable) -> str:
+def table_check(steps: list[tuple[int, int, int, float, int]], table: CostTable) -> str:
     """How the warm-up cost table's prediction compares with the observed forward of pure decode steps:
     the median observed / predicted, for steps at the batch's base tokens, for uniform steps with extra
-    tokens, and for ragged ones (predicted with and without the table's ragged cells)."""
-    def ratio(r, n, e, s, ragged=True):
-        return s / (table.lookup(r, n) + (float(table.ragged_array(r, e)) if ragged else 0.0))
+    tokens, and for ragged ones (predicted with and without the table's ragged cells); the context term
+    (`key_slot_s` x the key slots beyond the warm-up's) is in each prediction, and the first is also given
+    without it."""
+    def ratio(r, n, e, s, over, ragged=True, keys=True):
+        return s / (table.lookup(r, n) + (float(table.ragged_array(r, e)) if ragged else 0.0)
+                    + (table.key_slot_s * over if keys else 0.0))
     base = [ratio(*x) for x in steps if x[1] == x[0]]
+    base_flat = [ratio(*x, keys=False) for x in steps if x[1] == x[0]]
     uniform = [ratio(*x) for x in steps if x[1] > x[0] and not x[2]]
     ragged = [ratio(*x) for x in steps if x[2]]
     flat = [ratio(*x, ragged=False) for x in steps if x[2]]
     med = lambda xs: f"{statistics.median(xs):.2f} (n={len(xs)})" if xs else "-"  # noqa: E731
-    return (f"observed/table: 1 token each {med(base)}, uniform drafts {med(uniform)}, ragged {med(ragged)} "
+    return (f"observed/table: 1 token each {med(base)} ({med(base_flat)} without the context term), uniform drafts {med(uniform)}, ragged {med(ragged)} "
             f"({med(flat)} without the ragged cells)")
 
 

@@ -195,3 +195,13 @@ def test_the_tiles_mask_is_causal_for_real_rows_and_lets_padding_rows_see_one_ke
                         torch.stack([keys <= 130, keys <= 131, keys <= 132])])
     assert torch.equal(allowed[:, 0], want)
     assert set(g.bias.unique().tolist()) == {0.0, float("-inf")}
+
+
+def test_a_group_gathers_every_sequences_keys_padded_to_its_longest_context():
+    """What `ModelRunner` reports of a step (`tiled_seqs`, `key_slots`), read by the adaptive verifier's
+    context term: B x the group's longest context in whole key blocks."""
+    spans = [(SeqSpan(0, 1, 5, [0]), torch.zeros(1, dtype=torch.long)),
+             (SeqSpan(1, 1, 300, [0] * 19), torch.zeros(19, dtype=torch.long))]
+    g = attention._tiled_group(spans, 16, torch.device("cpu"), q_tile=3, group_size=2)
+    assert g.kv_index.shape == (2, attention.padded_key_slots(301)) and attention.padded_key_slots(301) == 384
+    assert attention.padded_key_slots(384) == 384 and attention.padded_key_slots(385) == 512
