@@ -20,6 +20,7 @@ from workers.bench import _spec, _warmed, run_ours, sustained_plan, varied_lengt
 from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig
 from workers.adaptive import PROFILE_KEY_SLOTS, target_table_path
+from workers.attention import context_cost_slots
 from workers.cost_table import CostTable, ragged_extra
 from workers.engine import LLMEngine
 
@@ -49,7 +50,8 @@ def instrument(e: LLMEngine) -> dict:
         T["last_pure"] = all(c.num_logits == len(c.token_ids) for c in chunks)
         if T["last_pure"]:  # a pure decode/verify step
             rows = [len(c.token_ids) for c in chunks]
-            over = e.runner.key_slots - e.runner.tiled_seqs * PROFILE_KEY_SLOTS
+            over = (e.runner.key_slots - e.runner.tiled_seqs * PROFILE_KEY_SLOTS
+                    + e.runner.context_splits * (context_cost_slots(e.model.device) or 0))
             decode_steps.append((len(chunks), sum(rows), ragged_extra(rows), time.perf_counter() - t, over))
         return out
 

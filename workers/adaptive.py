@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from workers.attention import SMALL_ROWS, padded_key_slots
+from workers.attention import SMALL_ROWS, context_cost_slots, padded_key_slots, split_count
 from workers.budget import choose_verify_lengths, drafting_cannot_pay, plan_verify_lengths, step_seconds, survival
 from workers.cost_table import (DEFAULT_EXTRA_TOKENS, RAGGED_EXTRA, CostTable, GroupCostFit, hardware_key,
                                 load_or_measure)
@@ -157,6 +157,7 @@ class AdaptiveVerifier:
         self.capacity_planner: CapacityPlanner | None = None
         self.overhead_s = 0.0  # EMA of the step's host time outside the target forward and the drafting
         self._keys_s = 0.0  # this step's attention beyond the table's context, as planned (`_context_s`)
+        self.context_slots: int | None = None  # the runner's group cost in key slots (attention.split_by_context)
         # the same on pure decode steps, apart for steps that drafted and steps that did not (draft_host_s)
         self._host_s: dict[bool, float | None] = {True: None, False: None}
         self.verified_positions = 0
@@ -237,7 +238,9 @@ class AdaptiveVerifier:
             draft_cost.row_block = row_block
         est = NgramEstimator(k) if cfg.spec.method == "ngram" else LogisticEstimator(k, 3)
         mode = cfg.spec.calibrate_plan
-        return cls(cost, est, draft_cost, calibrate=mode != "off", calibrate_survival=mode == "time+survival")
+        verifier = cls(cost, est, draft_cost, calibrate=mode != "off", calibrate_survival=mode == "time+survival")
+        verifier.context_slots = context_cost_slots(engine.model.device)
+        return verifier
 
     def plan_depths(self, plan: "ScheduledStep") -> None:
         """Before drafting: cap each request's draft depth where the running mean of the estimates says deeper
@@ -479,12 +482,18 @@ class AdaptiveVerifier:
 
     def _context_s(self, plan: "ScheduledStep") -> float:
         """The seconds the step's decodes' attention adds to the table's price, as a step without drafts
-        runs it (one group: every sequence padded to the longest context), `CostTable.key_slot_s`. Drafts
-        change the grouping a little; what they add is priced by the table's rows."""
+        runs it (its groups by context, `attention.split_by_context`, each sequence padded to its group's
+        longest), `CostTable.key_slot_s`. Drafts change the grouping a little; what they add is priced by the
+        table's rows."""
         if not self.cost.key_slot_s or not plan.decodes:
             return 0.0
-        longest = max(r.num_computed for r, _ in plan.decodes) + 1
-        return self.cost.key_slot_s * len(plan.decodes) * (padded_key_slots(longest) - PROFILE_KEY_SLOTS)
+        groups, slots = split_count([r.num_computed + 1 for r, _ in plan.decodes], self.context_slots)
+        return self.cost.key_slot_s * self._slots_over(len(plan.decodes), slots, groups - 1)
+
+    def _slots_over(self, seqs: int, slots: int, splits: int) -> int:
+        """Key slots beyond the table's context (PROFILE_KEY_SLOTS a sequence), each group split off by
+        context counted as its cost in slots."""
+        return slots - seqs * PROFILE_KEY_SLOTS + splits * (self.context_slots or 0)
 
     @property
     def _fixed_s(self) -> float:
@@ -591,7 +600,8 @@ class AdaptiveVerifier:
 
     def observe_step(self, wall_s: float, forward_s: float, draft_s: float, requests: int, tokens: int,
                      pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0,
-                     ragged_extra: int = 0, extra_groups: int = 0, tiled_seqs: int = 0, key_slots: int = 0) -> None:
+                     ragged_extra: int = 0, extra_groups: int = 0, tiled_seqs: int = 0, key_slots: int = 0,
+                     context_splits: int = 0) -> None:
         """Refresh the cost model from a finished step: the target's forward (pure decode steps only:
         prefill chunks lie far outside the grid, at other context lengths; a uniform step refreshes the
         uniform cells, a ragged one, whose longest request computed 1 + `ragged_extra` rows, the ragged cost:
@@ -600,8 +610,9 @@ class AdaptiveVerifier:
         the drafter's time (it ran `draft_depth` batched iterations for
         `draft_requests` requests, the first with the catch-up rows planned for them), the host overhead, and
         (a draft model's pure decode steps) the depth plan's calibration. The forward is read at the table's
-        context: less `key_slot_s` x the `key_slots` its `tiled_seqs` sequences' attention gathered beyond it."""
-        keys_s = self.cost.key_slot_s * (key_slots - tiled_seqs * PROFILE_KEY_SLOTS) if tiled_seqs else 0.0
+        context: less `key_slot_s` x the `key_slots` its `tiled_seqs` sequences' attention gathered beyond it
+        (and its `context_splits` groups', `_slots_over`)."""
+        keys_s = self.cost.key_slot_s * self._slots_over(tiled_seqs, key_slots, context_splits) if tiled_seqs else 0.0
         host_s = max(0.0, wall_s - forward_s - draft_s)
         forward_s -= keys_s
         # the table's row and uniform lookup for this step, read once and before this step refreshes them

@@ -102,6 +102,7 @@ class AttentionMetadata:
     # rows); each long prefill segment is its own GEMM padded to exactly PREFILL_SEGMENT rows, so its rows
     # always sit at the same place in a GEMM of the same shape (2-3x faster than 32-row blocks).
     row_blocks: list[tuple[slice, int]] = field(default_factory=list)
+    context_splits: int = 0  # tiled groups beyond the query-length groups (`split_by_context`)
 
 
 def _slots(block_table: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -138,8 +139,10 @@ def build_metadata(spans: list[SeqSpan], block_size: int, device: torch.device, 
         groups = [(small, q_tile)] if small else []
     else:
         groups = [(g, max(x.query_len for x, _ in g)) for g in group_by_length(small, group_cost_rows(device))]
+    by_length = len(groups)
+    groups = [(part, qt) for g, qt in groups for part in split_by_context(g, context_cost_slots(device))]
     return AttentionMetadata(slot_mapping, [_tiled_group(g, block_size, device, qt, group_size) for g, qt in groups],
-                             segments, blocks.done())
+                             segments, blocks.done(), len(groups) - by_length)
 
 
 # A tiled group's fixed cost (~12 ops x layers) in padded query rows (measured ~0.3 ms/row). 40 was tried
@@ -165,28 +168,63 @@ def group_by_length(small: list[tuple[SeqSpan, torch.Tensor]],
                     cost_rows: int | None = None) -> list[list[tuple[SeqSpan, torch.Tensor]]]:
     """Split sequences into groups of similar query length, each padded to its own longest query: a ragged
     verify plan (one request at 1 + 7 rows, the rest at 1 + 1) would otherwise pad every sequence to 8 rows.
-    Dynamic programme over the distinct lengths minimising sum(cost_rows + sequences x longest), `cost_rows`
+    The cheapest runs of the distinct lengths by sum(cost_rows + sequences x longest), `cost_rows`
     GROUP_COST_ROWS unless given."""
-    cost_rows = GROUP_COST_ROWS if cost_rows is None else cost_rows
-    by_len: dict[int, list] = {}
-    for item in small:
-        by_len.setdefault(item[0].query_len, []).append(item)
-    lens = sorted(by_len)
-    if len(lens) == 1:
-        return [small]
-    count = [len(by_len[n]) for n in lens]
-    best = [0.0] + [float("inf")] * len(lens)  # best[i]: cost of the first i distinct lengths
-    cut = [0] * (len(lens) + 1)
-    for i in range(1, len(lens) + 1):
+    return _cheapest_runs(small, lambda item: item[0].query_len, GROUP_COST_ROWS if cost_rows is None else cost_rows)
+
+
+# A tiled group's fixed cost in key slots of one sequence (what splitting a group by context must save): ~3.6 ms
+# a group (GROUP_COST_ROWS) over ~4-6.6 us a key slot (AMD EPYC, bf16; workers/cost_table.py, `key_slot_s`).
+# Every sequence of a group is gathered over its longest context: at ShareGPT c=32 one long prompt padded the
+# other 31 sequences' keys to its own (32 x 1 token: 73 ms at context 100, 189 ms at 1000, ad hoc).
+GROUP_COST_SLOTS = 768
+
+
+def context_cost_slots(device: torch.device) -> int | None:
+    """`split_by_context`'s group cost on `device` (None: groups are not split by context). On CUDA a group's
+    launches cost what thousands of padded rows do (GROUP_COST_ROWS_CUDA), and nothing was measured there."""
+    return None if device.type == "cuda" else GROUP_COST_SLOTS
+
+
+def split_by_context(group: list[tuple[SeqSpan, torch.Tensor]],
+                     cost_slots: int | None) -> list[list[tuple[SeqSpan, torch.Tensor]]]:
+    """Split one group (a query tile) by context: the cheapest runs of the distinct padded contexts (whole key
+    blocks) by sum(cost_slots + sequences x longest padded context)."""
+    if cost_slots is None:
+        return [group]
+    return _cheapest_runs(group, lambda item: padded_key_slots(item[0].context_len), cost_slots)
+
+
+def split_count(contexts: list[int], cost_slots: int | None) -> tuple[int, int]:
+    """The groups `split_by_context` makes of one tile's sequences with these context lengths, and the key
+    slots they gather: what the adaptive verifier prices for a step without drafts."""
+    padded = [padded_key_slots(c) for c in contexts]
+    parts = [padded] if cost_slots is None else _cheapest_runs(padded, int, cost_slots)
+    return len(parts), sum(len(p) * max(p) for p in parts)
+
+
+def _cheapest_runs(items: list, key, fixed: float) -> list[list]:
+    """Items in groups of contiguous runs of their sorted distinct `key` values, each group costing
+    `fixed` + its items x its largest key: the cheapest such split (a dynamic programme over the values)."""
+    by_key: dict[int, list] = {}
+    for item in items:
+        by_key.setdefault(key(item), []).append(item)
+    keys = sorted(by_key)
+    if len(keys) == 1:
+        return [items]
+    count = [len(by_key[k]) for k in keys]
+    best = [0.0] + [float("inf")] * len(keys)  # best[i]: cost of the first i distinct values
+    cut = [0] * (len(keys) + 1)
+    for i in range(1, len(keys) + 1):
         n = 0
-        for j in range(i, 0, -1):  # group = lengths j-1 .. i-1, padded to lens[i-1]
+        for j in range(i, 0, -1):  # group = values j-1 .. i-1, padded to keys[i-1]
             n += count[j - 1]
-            c = best[j - 1] + cost_rows + n * lens[i - 1]
+            c = best[j - 1] + fixed + n * keys[i - 1]
             if c < best[i]:
                 best[i], cut[i] = c, j - 1
-    groups, i = [], len(lens)
+    groups, i = [], len(keys)
     while i > 0:
-        groups.append([item for n in lens[cut[i]:i] for item in by_len[n]])
+        groups.append([item for k in keys[cut[i]:i] for item in by_key[k]])
         i = cut[i]
     return groups[::-1]
 

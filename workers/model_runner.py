@@ -58,9 +58,10 @@ class ModelRunner:
         self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
         self.q_tile = q_tile_for(model.num_heads, model.num_kv_heads)
         self.group_size = model.num_heads // model.num_kv_heads
-        # the last step's tiled sequences and the key slots their attention gathered (each padded to its
-        # group's longest context): the adaptive verifier prices a step's contexts by them (cost_table.py)
-        self.tiled_seqs = self.key_slots = 0
+        # the last step's tiled sequences, the key slots their attention gathered (each padded to its group's
+        # longest context) and the groups split off by context: the adaptive verifier prices a step's contexts
+        # by them (cost_table.py)
+        self.tiled_seqs = self.key_slots = self.context_splits = 0
         log.info("KV cache: %d blocks x %d tokens (%.0f MB)", num_blocks, block_size, kv_bytes / 2**20)
 
     def run(self, chunks: list[StepChunk], return_hidden: bool = False) -> torch.Tensor:
@@ -81,6 +82,7 @@ class ModelRunner:
                               fixed_tile_needed(self.model.dtype))
         self.tiled_seqs = sum(g.kv_index.shape[0] for g in meta.tiled)
         self.key_slots = sum(g.kv_index.numel() for g in meta.tiled)
+        self.context_splits = meta.context_splits
         with segment_backends(dev, meta):
             out = self.model.forward(
                 torch.tensor(ids, dtype=torch.long, device=dev),

@@ -205,3 +205,50 @@ def test_a_group_gathers_every_sequences_keys_padded_to_its_longest_context():
     g = attention._tiled_group(spans, 16, torch.device("cpu"), q_tile=3, group_size=2)
     assert g.kv_index.shape == (2, attention.padded_key_slots(301)) and attention.padded_key_slots(301) == 384
     assert attention.padded_key_slots(384) == 384 and attention.padded_key_slots(385) == 512
+
+
+def _ctx_spans(contexts: list[int]) -> list[tuple[SeqSpan, torch.Tensor]]:
+    return [(SeqSpan(i, 1, c - 1, [0]), torch.zeros(1, dtype=torch.long)) for i, c in enumerate(contexts)]
+
+
+def test_a_group_is_split_by_context_where_the_padding_saved_pays_for_a_group():
+    """Every sequence of a group gathers keys up to its longest context: one long prompt among short ones
+    is split off (31 x 128 + 1 x 1024 slots and one more group, not 32 x 1024), contexts within a key block or
+    two stay together, and on CUDA nothing is split."""
+    contexts = [100] * 31 + [1000]
+    groups = attention.split_by_context(_ctx_spans(contexts), attention.GROUP_COST_SLOTS)
+    assert sorted(len(g) for g in groups) == [1, 31]
+    assert attention.split_count(contexts, attention.GROUP_COST_SLOTS) == (2, 31 * 128 + 1024)
+    assert attention.split_count(contexts, None) == (1, 32 * 1024)
+    assert len(attention.split_by_context(_ctx_spans([100, 200, 250] * 4), attention.GROUP_COST_SLOTS)) == 1
+    assert attention.context_cost_slots(torch.device("cuda")) is None
+    assert attention.context_cost_slots(torch.device("cpu")) == attention.GROUP_COST_SLOTS
+
+
+@pytest.mark.model
+def test_a_step_split_by_context_gives_every_row_the_logits_of_its_sequence_alone(default_model_dir, monkeypatch):
+    """Sequences at contexts 90-1030 in one step, split into groups by context or not: every row's logits
+    are those of its sequence run alone (each gathered over its own context only)."""
+    from workers.config import EngineConfig
+    from workers.engine import LLMEngine
+    from workers.model_runner import StepChunk
+
+    engine = LLMEngine(EngineConfig(kv_cache_memory_gb=0.5))
+    runner, gen = engine.runner, torch.Generator().manual_seed(3)
+    contexts, rows = [90, 100, 260, 700, 1030, 95], [1, 2, 1, 1, 3, 1]
+    tables = []
+    for ctx, n in zip(contexts, rows):
+        t = runner.pool.allocate(-(-(ctx + n) // runner.block_size))
+        runner.run([StepChunk(torch.randint(100, 10000, (ctx,), generator=gen).tolist(), 0, t, 0)])
+        tables.append(t)
+    step = [StepChunk(torch.randint(100, 10000, (n,), generator=gen).tolist(), ctx, t, n)
+            for ctx, n, t in zip(contexts, rows, tables)]
+    alone = torch.cat([runner.run([c]) for c in step])
+    out, splits = {}, {}
+    for setting in (attention.GROUP_COST_SLOTS, 10 ** 9):
+        monkeypatch.setattr(attention, "GROUP_COST_SLOTS", setting)
+        out[setting], splits[setting] = runner.run(step), runner.context_splits
+    for t in tables:
+        runner.pool.free(t)
+    assert splits[10 ** 9] == 0 and splits[min(splits)] > 0
+    assert all(torch.equal(o, alone) for o in out.values())

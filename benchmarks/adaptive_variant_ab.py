@@ -1,0 +1,55 @@
+"""A/B of one part of adaptive verification (an experiment, not a setting): one point of the adaptive grid, with
+a second adaptive engine that lacks that part, beside no speculation, fixed k and adaptive as is, in
+interleaved cycles (`point_variance.py` reads the second engine as a variant). The parts:
+
+- `nocontext`: the cost table's context term (`CostTable.key_slot_s` = 0: every step priced and observed at
+  the table's context, as before the term existed; workers/cost_table.py);
+- `noexplore`: the n-gram verifier's exploration (no full draft verified every EXPLORE_EVERY cutting trims;
+  workers/adaptive.py).
+
+    python benchmarks/adaptive_variant_ab.py --variant nocontext --method ngram --workload sharegpt \
+        --concurrency 32 --cycles 5
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from point_variance import run_point  # benchmarks/, this script's folder
+from workers import bench
+from workers.bench import _spec, _warmed
+from workers.config import EngineConfig
+from workers.engine import LLMEngine
+
+
+def _without(engine: LLMEngine, part: str) -> None:
+    """Take `part` out of the engine's adaptive verifier (before its warm-up requests, which refresh it)."""
+    if part == "nocontext":
+        engine.adaptive.cost.key_slot_s = 0.0
+    elif part == "noexplore":
+        engine.adaptive.estimator.explores = False
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--variant", choices=("nocontext", "noexplore"), required=True)
+    ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
+    ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--cycles", type=int, default=5)
+    ap.add_argument("--tag", default="", help="put into the default JSON name")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    mode = f"{args.method}:7:adaptive#{args.variant}"
+    engine = LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(mode, 7)))
+    _without(engine, args.variant)
+    bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, 0)  # run_bench takes this engine for the variant
+    point = f"{args.method}_{args.workload}_c{args.concurrency}"
+    tag = f"_{args.tag}" if args.tag else ""
+    out = Path(args.out or f"benchmarks/results/variant_ab_{args.variant}_{point}{tag}_cpu.json")
+    run_point(args.method, args.workload, args.concurrency, args.cycles, [2, 4, 7], 48, 2, out,
+              interleave=1, variants=(mode,))
+
+
+if __name__ == "__main__":
+    main()
