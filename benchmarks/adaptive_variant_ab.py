@@ -2,13 +2,14 @@
 a second adaptive engine that lacks that part, beside no speculation, fixed k and adaptive as is, in
 interleaved cycles (`point_variance.py` reads the second engine as a variant). The parts:
 
-- `nocontext`: the cost table's context term (`CostTable.key_slot_s` = 0: every step priced and observed at
-  the table's context, as before the term existed; workers/cost_table.py);
 - `noexplore`: the n-gram verifier's exploration (no full draft verified every EXPLORE_EVERY cutting trims;
   workers/adaptive.py).
 
-    python benchmarks/adaptive_variant_ab.py --variant nocontext --method ngram --workload sharegpt \
+    python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
+
+(`nocontext`, the cost table's context term priced by the policy, was a part here until it was taken out of the
+policy: its results in docs/performance.md, "The split by context", were run at a1c14bb and earlier.)
 """
 from __future__ import annotations
 
@@ -24,15 +25,13 @@ from workers.engine import LLMEngine
 
 def _without(engine: LLMEngine, part: str) -> None:
     """Take `part` out of the engine's adaptive verifier (before its warm-up requests, which refresh it)."""
-    if part == "nocontext":
-        engine.adaptive.cost.key_slot_s = 0.0
-    elif part == "noexplore":
+    if part == "noexplore":
         engine.adaptive.estimator.explores = False
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--variant", choices=("nocontext", "noexplore"), required=True)
+    ap.add_argument("--variant", choices=("noexplore",), required=True)
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
     ap.add_argument("--concurrency", type=int, default=32)

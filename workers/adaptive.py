@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from workers.attention import SMALL_ROWS, context_cost_slots, padded_key_slots, split_count
+from workers.attention import SMALL_ROWS, padded_key_slots
 from workers.budget import choose_verify_lengths, drafting_cannot_pay, plan_verify_lengths, step_seconds, survival
 from workers.cost_table import (DEFAULT_EXTRA_TOKENS, RAGGED_EXTRA, CostTable, GroupCostFit, hardware_key,
                                 load_or_measure)
@@ -156,8 +156,6 @@ class AdaptiveVerifier:
         self.calibrate_survival = calibrate_survival  # with `calibrate`: its survival too, per position
         self.capacity_planner: CapacityPlanner | None = None
         self.overhead_s = 0.0  # EMA of the step's host time outside the target forward and the drafting
-        self._keys_s = 0.0  # this step's attention beyond the table's context, as planned (`_context_s`)
-        self.context_slots: int | None = None  # the runner's group cost in key slots (attention.split_by_context)
         # the same on pure decode steps, apart for steps that drafted and steps that did not (draft_host_s)
         self._host_s: dict[bool, float | None] = {True: None, False: None}
         self.verified_positions = 0
@@ -238,15 +236,12 @@ class AdaptiveVerifier:
             draft_cost.row_block = row_block
         est = NgramEstimator(k) if cfg.spec.method == "ngram" else LogisticEstimator(k, 3)
         mode = cfg.spec.calibrate_plan
-        verifier = cls(cost, est, draft_cost, calibrate=mode != "off", calibrate_survival=mode == "time+survival")
-        verifier.context_slots = context_cost_slots(engine.model.device)
-        return verifier
+        return cls(cost, est, draft_cost, calibrate=mode != "off", calibrate_survival=mode == "time+survival")
 
     def plan_depths(self, plan: "ScheduledStep") -> None:
         """Before drafting: cap each request's draft depth where the running mean of the estimates says deeper
         positions will not be verified (drafting them would be pure cost). Free drafts (n-gram) keep k."""
         self._planned = self._planned_mixed = self._planned_drafting = self._probe_priced = None
-        self._keys_s = self._context_s(plan)
         if not plan.decodes or (self.draft_cost is None and self.capacity_planner is None):
             return
         reqs = [r for r, _ in plan.decodes]
@@ -293,7 +288,7 @@ class AdaptiveVerifier:
                 iteration_s = self.draft_cost.lookup(B, B)
                 drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
                 chosen = plan_verify_lengths(rated, self.cost, *step, self._base_emitted(plan, step[1]),
-                                             self._fixed_s, drafting * iteration_s,
+                                             self.overhead_s, drafting * iteration_s,
                                              drafting * amortised, draft_host_s=self.draft_host_s,
                                              decode_rows_floor=bool(plan.prefills),
                                              **(self.calibration.scales(row) if calibrated else {}))
@@ -351,7 +346,7 @@ class AdaptiveVerifier:
                     for r, d, e in zip(reqs, depths, extra) if d > 0) * self._catch_up_row_s(B)
         drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
         step_s = step_seconds(self.cost, B + len(plan.prefills), B + prefill_tokens, B, len(ranked),
-                              self._fixed_s, decode_rows_floor=bool(plan.prefills))
+                              self.overhead_s, decode_rows_floor=bool(plan.prefills))
         scales = self.calibration.scales(row) if calibrated else {"plain_scale": 1.0, "spec_scale": 1.0}
         return drafting_cannot_pay(ranked, step_s, self._base_emitted(plan, B + prefill_tokens),
                                    scales["plain_scale"], scales["spec_scale"],
@@ -371,7 +366,7 @@ class AdaptiveVerifier:
     def _probe_planned(self, row: int, B: int, scores: torch.Tensor) -> tuple[int, float, torch.Tensor]:
         """A probe step as the calibration predicts it: the plain step, one draft iteration, its catch-up, one
         more row (`_probe_cost_s`), and the host time of a drafting step."""
-        plain_s = self.cost.lookup(B, B) + self._fixed_s
+        plain_s = self.cost.lookup(B, B) + self.overhead_s
         return row, plain_s + self._probe_cost_s + self.draft_host_s, scores
 
     def _rated(self, scores: torch.Tensor, row: int, mixed: bool, calibrated: bool) -> torch.Tensor:  # [B, K]
@@ -480,26 +475,6 @@ class AdaptiveVerifier:
         """The draft's seconds per catch-up row: its warm-up table's catch-up column, scaled online."""
         return self._catch_up_scale * self.draft_cost.row_slope(requests, 1 + CATCH_UP_ROWS)
 
-    def _context_s(self, plan: "ScheduledStep") -> float:
-        """The seconds the step's decodes' attention adds to the table's price, as a step without drafts
-        runs it (its groups by context, `attention.split_by_context`, each sequence padded to its group's
-        longest), `CostTable.key_slot_s`. Drafts change the grouping a little; what they add is priced by the
-        table's rows."""
-        if not self.cost.key_slot_s or not plan.decodes:
-            return 0.0
-        groups, slots = split_count([r.num_computed + 1 for r, _ in plan.decodes], self.context_slots)
-        return self.cost.key_slot_s * self._slots_over(len(plan.decodes), slots, groups - 1)
-
-    def _slots_over(self, seqs: int, slots: int, splits: int) -> int:
-        """Key slots beyond the table's context (PROFILE_KEY_SLOTS a sequence), each group split off by
-        context counted as its cost in slots."""
-        return slots - seqs * PROFILE_KEY_SLOTS + splits * (self.context_slots or 0)
-
-    @property
-    def _fixed_s(self) -> float:
-        """What every option of this step pays beside the table's price: host overhead and the contexts."""
-        return self.overhead_s + self._keys_s
-
     @property
     def estimator_ready(self) -> bool:
         return getattr(self.estimator, "ready", True)
@@ -528,7 +503,7 @@ class AdaptiveVerifier:
         else:
             t = time.perf_counter()
             lengths = choose_verify_lengths(scores, self.cost, requests, base_tokens,
-                                            self._base_emitted(plan, base_tokens), self._fixed_s,
+                                            self._base_emitted(plan, base_tokens), self.overhead_s,
                                             prefill_tokens=prefill_tokens)
             self._search_s += TRIM_SEARCH_RATE * (time.perf_counter() - t - self._search_s)
         kept = torch.minimum(n, self._maybe_explore(lengths, n))
@@ -600,8 +575,7 @@ class AdaptiveVerifier:
 
     def observe_step(self, wall_s: float, forward_s: float, draft_s: float, requests: int, tokens: int,
                      pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0,
-                     ragged_extra: int = 0, extra_groups: int = 0, tiled_seqs: int = 0, key_slots: int = 0,
-                     context_splits: int = 0) -> None:
+                     ragged_extra: int = 0, extra_groups: int = 0) -> None:
         """Refresh the cost model from a finished step: the target's forward (pure decode steps only:
         prefill chunks lie far outside the grid, at other context lengths; a uniform step refreshes the
         uniform cells, a ragged one, whose longest request computed 1 + `ragged_extra` rows, the ragged cost:
@@ -609,18 +583,14 @@ class AdaptiveVerifier:
         beyond two; `CostTable.observe_ragged` says why),
         the drafter's time (it ran `draft_depth` batched iterations for
         `draft_requests` requests, the first with the catch-up rows planned for them), the host overhead, and
-        (a draft model's pure decode steps) the depth plan's calibration. The forward is read at the table's
-        context: less `key_slot_s` x the `key_slots` its `tiled_seqs` sequences' attention gathered beyond it
-        (and its `context_splits` groups', `_slots_over`)."""
-        keys_s = self.cost.key_slot_s * self._slots_over(tiled_seqs, key_slots, context_splits) if tiled_seqs else 0.0
+        (a draft model's pure decode steps) the depth plan's calibration."""
         host_s = max(0.0, wall_s - forward_s - draft_s)
-        forward_s -= keys_s
         # the table's row and uniform lookup for this step, read once and before this step refreshes them
         row, table_s = (self.cost.nearest_requests(requests), self.cost.lookup(requests, tokens)) if pure_decode \
             else (0, 0.0)
         if self.calibrate and self.draft_cost is not None and pure_decode:
             if draft_depth == 0:
-                self.calibration.observe_plain(row, wall_s, table_s + self.overhead_s + keys_s)
+                self.calibration.observe_plain(row, wall_s, table_s + self.overhead_s)
             elif self._planned is not None:
                 self.calibration.observe_spec(self._planned[0], wall_s, self._planned[1])
         if self._planned_drafting is not None and not pure_decode and draft_depth > 0:
@@ -727,8 +697,8 @@ class AdaptiveVerifier:
         B = len(plan.decodes)
         if not plan.prefills or B == 0:
             return float(B)
-        decode_s = self.cost.lookup(B, B) + self._fixed_s
-        base_s = self.cost.lookup(B + len(plan.prefills), base_tokens) + self._fixed_s
+        decode_s = self.cost.lookup(B, B) + self.overhead_s
+        base_s = self.cost.lookup(B + len(plan.prefills), base_tokens) + self.overhead_s
         return max(float(B), B * base_s / decode_s)
 
     def learn(self, proposal: "Proposal", verify: list[tuple[int, object, int, int]], accepted: list[int]) -> None:

@@ -195,14 +195,6 @@ def split_by_context(group: list[tuple[SeqSpan, torch.Tensor]],
     return _cheapest_runs(group, lambda item: padded_key_slots(item[0].context_len), cost_slots)
 
 
-def split_count(contexts: list[int], cost_slots: int | None) -> tuple[int, int]:
-    """The groups `split_by_context` makes of one tile's sequences with these context lengths, and the key
-    slots they gather: what the adaptive verifier prices for a step without drafts."""
-    padded = [padded_key_slots(c) for c in contexts]
-    parts = [padded] if cost_slots is None else _cheapest_runs(padded, int, cost_slots)
-    return len(parts), sum(len(p) * max(p) for p in parts)
-
-
 def _cheapest_runs(items: list, key, fixed: float) -> list[list]:
     """Items in groups of contiguous runs of their sorted distinct `key` values, each group costing
     `fixed` + its items x its largest key: the cheapest such split (a dynamic programme over the values)."""

@@ -16,11 +16,10 @@ the others 1, over the uniform lookup of the same tokens.
 Every cell is measured at one context (the warm-up's), yet a step's attention gathers each sequence's keys
 padded to its group's longest context (workers/attention.py): ~3.5-4 us per key slot per sequence on an AMD
 EPYC (bf16, 2 threads; 2-32 requests at contexts 100-1000, ad hoc), so 32 requests at context 512 took 136 ms
-where the table's 256 took 102. The table keeps that apart as `key_slot_s` (measured at warm-up): steps are
-priced and observed at the table's context plus `key_slot_s` x their key slots beyond it. Scaling the row
-by such steps instead moved the price of every verified row with the plain step's contexts: at n-gram,
-ShareGPT c=32 plain steps ran 1.16x the table and fixed k=4's (split into groups, each padded less) 0.96-1.00x,
-so the refreshed row priced a verified row ~17% high (docs/performance.md).
+where the table's 256 took 102. The warm-up measures that too, as `key_slot_s`, and
+`benchmarks/profile_steps.py` prices each served step's key slots with it when it checks the table. The
+policy does not: pricing and observing steps at the table's context plus that term was tried and lost in
+closed loop (docs/architecture.md, "A step's contexts").
 """
 from __future__ import annotations
 
@@ -79,7 +78,8 @@ class CostTable:
     # seconds each query-length group beyond the ragged cells' two adds to a step (learned online, see
     # GroupCostFit; not persisted): the runner's attention pads each distinct query length as its own group
     group_s: float = 0.0
-    # seconds per key slot of one sequence beyond the warm-up's context (module docstring; 0: not measured)
+    # seconds per key slot of one sequence beyond the warm-up's context (module docstring; 0: not measured;
+    # a diagnostic: the policy does not read it)
     key_slot_s: float = 0.0
     _curves: dict = field(default_factory=dict, repr=False, compare=False)  # lookup curves, cleared on refresh
 
@@ -241,8 +241,7 @@ class CostTable:
         (Moving only the nearest cell towards the raw time flattened the curve: steps with a few more tokens
         than a cell pulled it up, steps with fewer pulled the next one down, so extra verify tokens looked
         ever cheaper. Moving only the cells read left the others where the warm-up put them, see
-        LEVEL_SHARE.) The row's ragged cells, seconds of the same steps, and `key_slot_s` take the level step
-        too."""
+        LEVEL_SHARE.) The row's ragged cells, seconds of the same steps, take the level step too."""
         if not self.seconds:
             return
         r = self._row(max(1, requests))
@@ -255,9 +254,6 @@ class CostTable:
             self.seconds[(r, t)] *= 1.0 + ema * share * (ratio - 1.0)
         for key in [k for k in self.ragged if k[0] == r]:
             self.ragged[key] *= 1.0 + ema * LEVEL_SHARE * (ratio - 1.0)
-        # the keys' cost moves with the machine's speed too (the 32 x 1 cell and key_slot_s read 102 ms and
-        # ~4 us in one hour, 151 ms and 6.6 us in another, ad hoc); one value for all rows, as it was per slot
-        self.key_slot_s *= 1.0 + ema * LEVEL_SHARE * (ratio - 1.0)
         self._curves.clear()
 
     def observe_ragged(self, requests: int, extra: int, seconds: float) -> None:

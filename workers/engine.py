@@ -211,8 +211,7 @@ class LLMEngine:
             rows = [len(c.token_ids) for c in chunks]
             self._policy(self.adaptive.observe_step, time.perf_counter() - t_start, forward_s, draft_s, len(chunks),
                          sum(rows), not plan.prefills, len(plan.decodes), draft_depth, ragged_extra(rows),
-                         extra_groups(rows), self.runner.tiled_seqs, self.runner.key_slots,
-                         self.runner.context_splits)
+                         extra_groups(rows))
         self.heap.maybe_trim()
         outputs = self._collect_outputs()
         self.step_times.observe(time.perf_counter() - t_start, forward_s, draft_s, self._policy_s)

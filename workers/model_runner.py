@@ -59,8 +59,7 @@ class ModelRunner:
         self.q_tile = q_tile_for(model.num_heads, model.num_kv_heads)
         self.group_size = model.num_heads // model.num_kv_heads
         # the last step's tiled sequences, the key slots their attention gathered (each padded to its group's
-        # longest context) and the groups split off by context: the adaptive verifier prices a step's contexts
-        # by them (cost_table.py)
+        # longest context) and the groups split off by context (benchmarks/profile_steps.py reads them)
         self.tiled_seqs = self.key_slots = self.context_splits = 0
         log.info("KV cache: %d blocks x %d tokens (%.0f MB)", num_blocks, block_size, kv_bytes / 2**20)
 

@@ -608,32 +608,3 @@ def test_a_step_whose_trim_cut_the_planned_drafts_does_not_calibrate_the_depth_p
     av.observe_step(0.045, 0.040, 0.0045, 1, 1, True, 1, 1)
     assert 1 not in av.calibration._rows or av.calibration._rows[1].spec.steps == 0
 
-
-def test_a_steps_contexts_are_priced_beside_the_table_and_do_not_reshape_it():
-    """The table is measured at one context; a step's attention gathers each sequence's keys padded to its
-    group's longest context. The plan adds key_slot_s x the slots beyond the table's (decodes as one group), and
-    an observed forward is read less the slots its attention gathered beyond it: steps at a long context then
-    leave the row as it was, where read whole they scaled every cell of it, the verified rows' price too."""
-    from workers.adaptive import PROFILE_KEY_SLOTS
-    from workers.attention import padded_key_slots
-
-    def table(key_slot_s):
-        return CostTable({(4, t): 0.100 + 0.002 * t for t in (4, 8, 12)}, key_slot_s=key_slot_s)
-
-    slots = 4 * padded_key_slots(601)  # 4 sequences at context 601: 640 slots each
-    over_s = 1e-5 * (slots - 4 * PROFILE_KEY_SLOTS)
-    reqs = [SimpleNamespace(req_id=str(i), num_computed=c, tokens=[1] * c) for i, c in enumerate((100, 600, 300, 50))]
-    av = AdaptiveVerifier(table(1e-5), NgramEstimator(7))
-    av.plan_depths(ScheduledStep(decodes=[(r, 7) for r in reqs]))
-    assert abs(av._fixed_s - over_s) < 1e-12  # overhead 0 so far
-    for keys in (1e-5, 0.0):
-        av = AdaptiveVerifier(table(keys), NgramEstimator(7))
-        before = dict(av.cost.seconds)
-        forward = before[(4, 4)] + over_s
-        for _ in range(3 * OBSERVE_BATCH):
-            av.observe_step(forward, forward, 0.0, 4, 4, True, tiled_seqs=4, key_slots=slots)
-        ratios = [av.cost.seconds[k] / before[k] for k in sorted(before)]
-        if keys:
-            assert all(abs(r - 1) < 1e-9 for r in ratios)
-        else:  # without the term every cell scales towards the plain steps' 1.095x
-            assert all(r > 1.05 for r in ratios)

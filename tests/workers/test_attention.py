@@ -198,8 +198,8 @@ def test_the_tiles_mask_is_causal_for_real_rows_and_lets_padding_rows_see_one_ke
 
 
 def test_a_group_gathers_every_sequences_keys_padded_to_its_longest_context():
-    """What `ModelRunner` reports of a step (`tiled_seqs`, `key_slots`), read by the adaptive verifier's
-    context term: B x the group's longest context in whole key blocks."""
+    """What `ModelRunner` reports of a step (`tiled_seqs`, `key_slots`; benchmarks/profile_steps.py checks the
+    cost table with them): B x the group's longest context in whole key blocks."""
     spans = [(SeqSpan(0, 1, 5, [0]), torch.zeros(1, dtype=torch.long)),
              (SeqSpan(1, 1, 300, [0] * 19), torch.zeros(19, dtype=torch.long))]
     g = attention._tiled_group(spans, 16, torch.device("cpu"), q_tile=3, group_size=2)
@@ -218,8 +218,7 @@ def test_a_group_is_split_by_context_where_the_padding_saved_pays_for_a_group():
     contexts = [100] * 31 + [1000]
     groups = attention.split_by_context(_ctx_spans(contexts), attention.GROUP_COST_SLOTS)
     assert sorted(len(g) for g in groups) == [1, 31]
-    assert attention.split_count(contexts, attention.GROUP_COST_SLOTS) == (2, 31 * 128 + 1024)
-    assert attention.split_count(contexts, None) == (1, 32 * 1024)
+    assert len(attention.split_by_context(_ctx_spans(contexts), None)) == 1
     assert len(attention.split_by_context(_ctx_spans([100, 200, 250] * 4), attention.GROUP_COST_SLOTS)) == 1
     assert attention.context_cost_slots(torch.device("cuda")) is None
     assert attention.context_cost_slots(torch.device("cpu")) == attention.GROUP_COST_SLOTS
