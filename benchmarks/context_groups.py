@@ -56,9 +56,10 @@ def main() -> None:
         for draw in range(a.draws):
             contexts = [min(rng.choice(lengths), 1000) + rng.randint(0, 48) for _ in range(b)]
             cases[f"{b} x 1, draw {draw}"] = ([1] * b, contexts)
-            cases[f"{b - b // 4} x 1 + {b // 4} x (2..5), draw {draw}"] = ([1] * (b - b // 4) + [2 + i % 4 for i in range(b // 4)], contexts)
-    times: dict[tuple[str, int], list[float]] = {(k, s): [] for k in cases for s in (attention.GROUP_COST_SLOTS, NO_SPLIT)}
+            mix = [1] * (b - b // 4) + [2 + i % 4 for i in range(b // 4)]
+            cases[f"{b - b // 4} x 1 + {b // 4} x (2..5), draw {draw}"] = (mix, contexts)
     split = attention.GROUP_COST_SLOTS
+    times: dict[tuple[str, int], list[float]] = {(k, s): [] for k in cases for s in (split, NO_SPLIT)}
     try:
         for _ in range(a.repeats + 1):  # the first round warms up and is dropped
             for name, (rows, contexts) in cases.items():

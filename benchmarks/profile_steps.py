@@ -125,7 +125,8 @@ def table_check(steps: list[tuple[int, int, int, float, int]], table: CostTable)
     ragged = [ratio(*x) for x in steps if x[2]]
     flat = [ratio(*x, ragged=False) for x in steps if x[2]]
     med = lambda xs: f"{statistics.median(xs):.2f} (n={len(xs)})" if xs else "-"  # noqa: E731
-    return (f"observed/table: 1 token each {med(base)} ({med(base_flat)} without the context term), uniform drafts {med(uniform)}, ragged {med(ragged)} "
+    return (f"observed/table: 1 token each {med(base)} ({med(base_flat)} without the context term), "
+            f"uniform drafts {med(uniform)}, ragged {med(ragged)} "
             f"({med(flat)} without the ragged cells)")
 
 
