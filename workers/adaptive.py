@@ -584,7 +584,6 @@ class AdaptiveVerifier:
         the drafter's time (it ran `draft_depth` batched iterations for
         `draft_requests` requests, the first with the catch-up rows planned for them), the host overhead, and
         (a draft model's pure decode steps) the depth plan's calibration."""
-        host_s = max(0.0, wall_s - forward_s - draft_s)
         # the table's row and uniform lookup for this step, read once and before this step refreshes them
         row, table_s = (self.cost.nearest_requests(requests), self.cost.lookup(requests, tokens)) if pure_decode \
             else (0, 0.0)
@@ -610,6 +609,7 @@ class AdaptiveVerifier:
             self._observe_target(requests, tokens, forward_s)
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
             self._observe_draft(draft_s, draft_requests, draft_depth)
+        host_s = max(0.0, wall_s - forward_s - draft_s)
         if self._probe_priced is not None and draft_depth > 0:  # a probe ran: its drafter and extra host time
             self.probe_draft_s += draft_s
             if pure_decode:  # its forward against the plain step's lookup (all requests 1 row), as run now

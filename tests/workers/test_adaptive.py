@@ -607,4 +607,3 @@ def test_a_step_whose_trim_cut_the_planned_drafts_does_not_calibrate_the_depth_p
     assert proposal.num_drafts.tolist() == [0] and av._planned is None
     av.observe_step(0.045, 0.040, 0.0045, 1, 1, True, 1, 1)
     assert 1 not in av.calibration._rows or av.calibration._rows[1].spec.steps == 0
-
