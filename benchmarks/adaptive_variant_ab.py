@@ -2,8 +2,10 @@
 a second adaptive engine that lacks that part, beside no speculation, fixed k and adaptive as is, in
 interleaved cycles (`point_variance.py` reads the second engine as a variant). The parts:
 
-- `noexplore`: the n-gram verifier's exploration (no full draft verified every EXPLORE_EVERY cutting trims;
-  workers/adaptive.py).
+- `noexplore`: the n-gram verifier's exploration (nothing verified beyond the trim every EXPLORE_EVERY cutting
+  trims; workers/adaptive.py).
+- `wholeexplore`: exploration's bound to the open row block (`explore_in_open_block`): the variant explores
+  whole drafts, as before that bound, whether or not they open a block.
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -27,11 +29,13 @@ def _without(engine: LLMEngine, part: str) -> None:
     """Take `part` out of the engine's adaptive verifier (before its warm-up requests, which refresh it)."""
     if part == "noexplore":
         engine.adaptive.estimator.explores = False
+    elif part == "wholeexplore":
+        engine.adaptive.explore_in_open_block = False
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--variant", choices=("noexplore",), required=True)
+    ap.add_argument("--variant", choices=("noexplore", "wholeexplore"), required=True)
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
     ap.add_argument("--concurrency", type=int, default=32)

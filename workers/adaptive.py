@@ -59,11 +59,13 @@ PROBE_SHARE = 1 / 8
 PROBE_SHARE_MIN = 1 / 512
 PROBE_SCALE_RATE = 0.25
 PROBE_SCALE_BOUNDS = (0.5, 8.0)
-# Every this many trims that cut a draft, the request with the most cut positions verifies its whole draft
+# Every this many trims that cut a draft, the request with the most cut positions verifies more of its draft
 # (estimators that `explore`: the n-gram table). Positions rated low are otherwise never verified, so never
 # relabelled (the one label source the n-gram table lacks, having no warm-up). Not shown to matter alone: with
 # fading, after a ShareGPT history, repetitive prompts at c=4 stayed at 0.88-0.91x of fixed k=7 either way
-# (docs/performance.md). The price is one request's extra rows, <= k, per EXPLORE_EVERY cutting steps.
+# (docs/performance.md). With row blocks (the batch-invariant path) it verifies only the cut positions that fit
+# the step's last open row block, and waits for a step with room: a whole draft opened a block of its own at
+# n-gram ShareGPT c=32 (32 decode rows fill one), and without exploration adaptive read 1.2% faster there.
 EXPLORE_EVERY = 8
 # The running mean of the estimates moves by PRIOR_RATE per position drafted (~10 positions). Per step instead,
 # one probe's estimate weighed as much as a step that drafted 23 requests: at ShareGPT c=32 (interleaved with
@@ -148,6 +150,10 @@ class CapacityPlanner(Protocol):
 
 
 class AdaptiveVerifier:
+    # exploration verifies only the cut positions that fit the last open row block (EXPLORE_EVERY); False: the
+    # whole draft, as before (benchmarks/adaptive_variant_ab.py --variant wholeexplore)
+    explore_in_open_block = True
+
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
                  draft_cost: CostTable | None = None, calibrate: bool = False,
                  calibrate_survival: bool = False) -> None:
@@ -506,7 +512,7 @@ class AdaptiveVerifier:
                                             self._base_emitted(plan, base_tokens), self.overhead_s,
                                             prefill_tokens=prefill_tokens)
             self._search_s += TRIM_SEARCH_RATE * (time.perf_counter() - t - self._search_s)
-        kept = torch.minimum(n, self._maybe_explore(lengths, n))
+        kept = torch.minimum(n, self._maybe_explore(lengths, n, plan))
         offered, verified = sum(depths), int(kept.sum())
         self.offered_positions += offered
         if verified < offered:
@@ -529,10 +535,11 @@ class AdaptiveVerifier:
             rows_s += float(self.cost.ragged_array(requests, np.array([max(depths)]))[0])
         return rows_s
 
-    def _maybe_explore(self, lengths: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    def _maybe_explore(self, lengths: torch.Tensor, n: torch.Tensor, plan: "ScheduledStep") -> torch.Tensor:
         """Every EXPLORE_EVERY trims that cut a draft (for an estimator that `explores`): the request with the
-        most cut positions verifies its whole draft, so every position keeps being labelled. The choice
-        depends only on the draft and its estimates, so the labels stay unbiased given the features."""
+        most cut positions verifies its whole draft, or with row blocks as much of it as fits the step's last
+        open block (`_block_room`), so every position keeps being labelled. The choice depends only on the
+        drafts, their estimates and the step's shape, so the labels stay unbiased given the features."""
         if not getattr(self.estimator, "explores", False):
             return lengths
         cut = n - torch.minimum(n, lengths)  # [B]
@@ -541,12 +548,25 @@ class AdaptiveVerifier:
         self._since_explore += 1
         if self._since_explore < EXPLORE_EVERY:
             return lengths
+        room = self._block_room(plan, lengths, n)
+        if room == 0:
+            return lengths  # due, at the next step with room
         self._since_explore = 0
         b = int(cut.argmax())
-        self.explored_positions += int(cut[b])
+        extra = min(int(cut[b]), room)
+        self.explored_positions += extra
         lengths = lengths.clone()
-        lengths[b] = n[b]
+        lengths[b] = torch.minimum(n[b], lengths[b]) + extra
         return lengths
+
+    def _block_room(self, plan: "ScheduledStep", lengths: torch.Tensor, n: torch.Tensor) -> int:
+        """Rows left in the last row block of the step's small rows (decodes, their verified drafts, prefill
+        chunks of <= one block), packed densely as the cost table reads them; any number without row blocks."""
+        q = self.cost.row_block
+        if q <= 1 or not self.explore_in_open_block:
+            return 1 << 30
+        rows = len(plan.decodes) + int(torch.minimum(lengths, n).sum()) + sum(c for _, c in plan.prefills if c <= q)
+        return -rows % q
 
     def _remember(self, plan: "ScheduledStep", probs: torch.Tensor, n: torch.Tensor, depths: list[int]) -> None:
         """Move the running mean the next depth plan reads by this step's estimates (drafted positions only),

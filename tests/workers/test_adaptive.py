@@ -549,6 +549,29 @@ def test_an_ngram_verifier_verifies_one_whole_draft_every_few_trims():
     assert verified[explored[0]] == [7, 0] and av.explored_positions == 14
 
 
+def test_with_row_blocks_exploration_verifies_only_what_fits_the_open_block():
+    """With row blocks a whole explored draft could open a block of its own: exploration waits for a step whose
+    last open block has room, and verifies only as many cut positions as fit there."""
+    est = NgramEstimator(7)
+    est.observe(torch.full((200, 7, 1), 2.0), torch.full((200,), 7), torch.zeros(200, dtype=torch.long))
+    table = CostTable({(r, t): 0.1 + 0.01 * t for r in (30, 32) for t in range(r, r + 8 * 32)}, row_block=32)
+    av = AdaptiveVerifier(table, est)
+
+    def trim(batch: int) -> list[int]:
+        reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(batch)]
+        plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
+        drafts = torch.full((batch,), 7)
+        drafts[-1] = 5
+        proposal = SimpleNamespace(features=torch.full((batch, 7, 1), 2.0), num_drafts=drafts)
+        av.trim(proposal, plan)
+        return proposal.num_drafts.tolist()
+
+    full = [trim(32) for _ in range(2 * EXPLORE_EVERY)]  # 32 decode rows fill the block: no room, no exploring
+    assert not any(any(v) for v in full) and av.explored_positions == 0
+    assert trim(30) == [2] + [0] * 29 and av.explored_positions == 2  # due since: 2 rows of room
+    assert not any(trim(30)) and av.explored_positions == 2  # the count starts again
+
+
 def test_an_ngram_request_is_rated_by_how_its_last_draft_fared():
     """The verifier keys the n-gram table by each request's last verification: it appends that bucket to
     the draft's features in `trim` (which `learn` then reads) and updates it from the outcomes."""
