@@ -27,10 +27,6 @@ class ScheduledStep:
 
 
 class Scheduler:
-    # False: cap drafts in every step while prompts wait, as before `_budget_binds` (an A/B variant:
-    # benchmarks/adaptive_variant_ab.py --variant alwaysreserve)
-    reserve_only_when_binding = True
-
     def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  chunk_align: int = 1) -> None:
         self.pool = pool
@@ -70,23 +66,17 @@ class Scheduler:
 
     # ---- the step plan ----------------------------------------------------------------------------------
     def schedule(self, k: int, adaptive_drafts: bool = False) -> ScheduledStep:
-        """adaptive_drafts: while prompts wait for prefill and k drafts each would leave them short of the
-        budget (`_budget_binds`), reserve budget only for the drafts a request is likely to verify (one more
-        than it verified last step), not for all k: the adaptive policy trims the rest, and budget reserved for
-        trimmed drafts would be lost to prefill for this step. Where everything fits, nothing is lost, and the
-        cap only kept drafts from a request whose last draft was short: at n-gram repetitive c=2 adaptive's
-        mean acceptance length read 4.59-4.68 with the cap in every prefill step and 4.82 without it
-        (fixed k=7: 4.71; one run each, ad-hoc)."""
+        """adaptive_drafts: while prompts wait for prefill, reserve budget only for the drafts a request is
+        likely to verify (one more than it verified last step), not for all k: the adaptive policy trims the
+        rest, and budget reserved for trimmed drafts would be lost to prefill for this step."""
         step = ScheduledStep()
         budget = self.token_budget
         prefilling = self.waiting or any(not r.is_decoding for r in self.running)
         reserve = min(self.chunk_align, budget // 2) if prefilling else 0  # drafts never starve prefill
-        capped = adaptive_drafts and prefilling and (not self.reserve_only_when_binding
-                                                     or self._budget_binds(k, budget))
         for req in list(self.running):
             if req.status is not Status.RUNNING or not req.is_decoding:
                 continue
-            want = min(k, req.last_verified + 1) if capped else k
+            want = min(k, req.last_verified + 1) if adaptive_drafts and prefilling else k
             drafts = max(0, min(want, req.max_tokens - req.num_output - 1,
                                 self.max_model_len - len(req.tokens) - 1, budget - reserve - 1))
             while True:
@@ -116,22 +106,6 @@ class Scheduler:
             self.running.append(req)
             budget -= self._schedule_prefill(req, budget, step)
         return step
-
-    def _budget_binds(self, k: int, budget: int) -> bool:
-        """Would k drafts for every decoding request, every running prefill's rest and the prompts that may be
-        admitted (whole, prefix-cache hits not counted) exceed `budget`? Stops counting once they do."""
-        need = 0
-        for req in self.running:
-            need += 1 + k if req.is_decoding else len(req.tokens) - req.num_computed
-            if need > budget:
-                return True
-        for i, req in enumerate(self.waiting):
-            if len(self.running) + i >= self.max_num_seqs:
-                break
-            need += len(req.tokens)
-            if need > budget:
-                return True
-        return False
 
     def _admit(self, req: Request) -> bool:
         bs = self.pool.block_size

@@ -1,6 +1,4 @@
 """The scheduler's draft budget while prompts wait (adaptive verification's reservation)."""
-import pytest
-
 from workers.block_pool import BlockPool
 from workers.config import SamplingParams
 from workers.request import Request, Status
@@ -29,27 +27,32 @@ def _decoding(sched: Scheduler, i: int, last_verified: int) -> Request:
     return req
 
 
-@pytest.mark.parametrize("prompt_len, capped", [(40, False), (60, True)])
-def test_drafts_are_capped_while_prompts_wait_only_where_k_drafts_would_leave_prefill_short(prompt_len, capped):
+def test_while_prompts_wait_adaptive_drafts_are_capped_at_one_more_than_last_verified():
     sched = _scheduler(budget=64)
     a, b = _decoding(sched, 0, last_verified=1), _decoding(sched, 1, last_verified=7)
-    sched.waiting.append(_request(2, prompt_len))  # 2 x (1 + 7) + 40 fits 64; + 60 does not
+    sched.waiting.append(_request(2, 60))
     plan = sched.schedule(K, adaptive_drafts=True)
-    assert dict((r.req_id, d) for r, d in plan.decodes) == {a.req_id: 2 if capped else K, b.req_id: K}
-    assert [(r.req_id, c) for r, c in plan.prefills] == [("r2", min(prompt_len, 64 - 2 - (2 if capped else K) - K))]
+    assert [(r.req_id, d) for r, d in plan.decodes] == [(a.req_id, 2), (b.req_id, K)]
+    assert [(r.req_id, c) for r, c in plan.prefills] == [("r2", 64 - 3 - 8)]  # the rest of the budget
 
 
-def test_without_adaptive_verification_or_with_the_old_rule():
-    for adaptive, binding_only, want in ((False, True, K), (True, False, 2)):
-        sched = _scheduler(budget=64)
-        sched.reserve_only_when_binding = binding_only
-        a = _decoding(sched, 0, last_verified=1)
-        sched.waiting.append(_request(1, 20))
-        plan = sched.schedule(K, adaptive_drafts=adaptive)
-        assert plan.decodes == [(a, want)]
+def test_fixed_k_is_not_capped_while_prompts_wait():
+    sched = _scheduler(budget=64)
+    a = _decoding(sched, 0, last_verified=1)
+    sched.waiting.append(_request(1, 20))
+    assert sched.schedule(K, adaptive_drafts=False).decodes == [(a, K)]
 
 
 def test_no_prompt_waiting_means_no_cap():
-    sched = _scheduler(budget=8)
+    sched = _scheduler(budget=64)
     a = _decoding(sched, 0, last_verified=0)
     assert sched.schedule(K, adaptive_drafts=True).decodes == [(a, K)]
+
+
+def test_drafts_never_take_the_last_of_the_budget_from_a_waiting_prompt():
+    sched = _scheduler(budget=8)
+    a = _decoding(sched, 0, last_verified=7)
+    sched.waiting.append(_request(1, 20))
+    plan = sched.schedule(K, adaptive_drafts=False)
+    assert plan.decodes == [(a, 8 - 1 - 1)]  # one token kept for prefill (chunk_align 1)
+    assert [c for _, c in plan.prefills] == [1]
