@@ -542,30 +542,30 @@ class AdaptiveVerifier:
         drafts, their estimates and the step's shape, so the labels stay unbiased given the features."""
         if not getattr(self.estimator, "explores", False):
             return lengths
-        cut = n - torch.minimum(n, lengths)  # [B]
+        kept = torch.minimum(n, lengths)  # [B]
+        cut = n - kept
         if not bool(cut.any()):
             return lengths
         self._since_explore += 1
         if self._since_explore < EXPLORE_EVERY:
             return lengths
-        room = self._block_room(plan, lengths, n)
+        room = self._block_room(plan, int(kept.sum()))
         if room == 0:
             return lengths  # due, at the next step with room
         self._since_explore = 0
         b = int(cut.argmax())
         extra = min(int(cut[b]), room)
         self.explored_positions += extra
-        lengths = lengths.clone()
-        lengths[b] = torch.minimum(n[b], lengths[b]) + extra
-        return lengths
+        kept[b] += extra
+        return kept
 
-    def _block_room(self, plan: "ScheduledStep", lengths: torch.Tensor, n: torch.Tensor) -> int:
-        """Rows left in the last row block of the step's small rows (decodes, their verified drafts, prefill
+    def _block_room(self, plan: "ScheduledStep", verified: int) -> int:
+        """Rows left in the last row block of the step's small rows (decodes, their `verified` drafts, prefill
         chunks of <= one block), packed densely as the cost table reads them; any number without row blocks."""
         q = self.cost.row_block
         if q <= 1 or not self.explore_in_open_block:
             return 1 << 30
-        rows = len(plan.decodes) + int(torch.minimum(lengths, n).sum()) + sum(c for _, c in plan.prefills if c <= q)
+        rows = len(plan.decodes) + verified + sum(c for _, c in plan.prefills if c <= q)
         return -rows % q
 
     def _remember(self, plan: "ScheduledStep", probs: torch.Tensor, n: torch.Tensor, depths: list[int]) -> None:
