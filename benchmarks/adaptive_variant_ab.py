@@ -6,6 +6,8 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   trims; workers/adaptive.py).
 - `wholeexplore`: exploration's bound to the open row block (`explore_in_open_block`): the variant explores
   whole drafts, as before that bound, whether or not they open a block.
+- `alwaysreserve`: the scheduler's draft cap (`Scheduler.cap_only_cut`): while prompts wait, the variant caps
+  every request's drafts at one more than it verified last step, not only the requests the trim cut.
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -31,11 +33,13 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.estimator.explores = False
     elif part == "wholeexplore":
         engine.adaptive.explore_in_open_block = False
+    elif part == "alwaysreserve":
+        engine.scheduler.cap_only_cut = False
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--variant", choices=("noexplore", "wholeexplore"), required=True)
+    ap.add_argument("--variant", choices=("noexplore", "wholeexplore", "alwaysreserve"), required=True)
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
     ap.add_argument("--concurrency", type=int, default=32)

@@ -177,7 +177,9 @@ class LLMEngine:
         proposal = self._propose(plan.decodes)
         draft_s = time.perf_counter() - t_draft
         draft_depth = int(proposal.num_drafts.max()) if proposal is not None and len(plan.decodes) else 0
+        drafted = None
         if self.adaptive is not None and proposal is not None:
+            drafted = proposal.num_drafts.tolist()
             self._policy(self.adaptive.trim, proposal, plan)
         chunks, verify = [], []  # verify: (row in the proposal or -1, request, drafts, first logits row)
         row = 0
@@ -186,6 +188,7 @@ class LLMEngine:
             drafts = proposal.draft_tokens[b, :n].tolist() if n else []
             chunks.append(StepChunk([req.tokens[-1]] + drafts, req.num_computed, req.blocks, 1 + n))
             verify.append((b, req, n, row))
+            req.last_cut = drafted is not None and n < drafted[b]
             row += 1 + n
         for req, chunk in plan.prefills:
             done = req.num_computed + chunk == len(req.tokens)

@@ -27,6 +27,8 @@ class ScheduledStep:
 
 
 class Scheduler:
+    cap_only_cut = True  # False: cap every request's drafts while prompts wait (the A/B variant alwaysreserve)
+
     def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  chunk_align: int = 1) -> None:
         self.pool = pool
@@ -76,7 +78,8 @@ class Scheduler:
         for req in list(self.running):
             if req.status is not Status.RUNNING or not req.is_decoding:
                 continue
-            want = min(k, req.last_verified + 1) if adaptive_drafts and prefilling else k
+            want = (min(k, req.last_verified + 1) if adaptive_drafts and prefilling
+                    and (req.last_cut or not self.cap_only_cut) else k)
             drafts = max(0, min(want, req.max_tokens - req.num_output - 1,
                                 self.max_model_len - len(req.tokens) - 1, budget - reserve - 1))
             while True:

@@ -16,24 +16,44 @@ def _scheduler(budget: int) -> Scheduler:
                      max_model_len=512)
 
 
-def _decoding(sched: Scheduler, i: int, last_verified: int) -> Request:
+def _decoding(sched: Scheduler, i: int, last_verified: int, last_cut: bool = True) -> Request:
     """A running request whose next step decodes (all but its last token cached), that verified
-    `last_verified` drafts in its last step."""
+    `last_verified` drafts in its last step (fewer than it drafted when `last_cut`)."""
     req = _request(i, 10)
     req.tokens.append(0)
     req.num_computed, req.status, req.last_verified = len(req.tokens) - 1, Status.RUNNING, last_verified
+    req.last_cut = last_cut
     sched._grow(req, len(req.tokens))
     sched.running.append(req)
     return req
 
 
-def test_while_prompts_wait_adaptive_drafts_are_capped_at_one_more_than_last_verified():
+def test_while_prompts_wait_a_request_the_trim_cut_is_capped_at_one_more_than_last_verified():
     sched = _scheduler(budget=64)
     a, b = _decoding(sched, 0, last_verified=1), _decoding(sched, 1, last_verified=7)
     sched.waiting.append(_request(2, 60))
     plan = sched.schedule(K, adaptive_drafts=True)
     assert [(r.req_id, d) for r, d in plan.decodes] == [(a.req_id, 2), (b.req_id, K)]
     assert [(r.req_id, c) for r, c in plan.prefills] == [("r2", 64 - 3 - 8)]  # the rest of the budget
+
+
+def test_a_request_whose_whole_draft_was_verified_is_not_capped_while_prompts_wait():
+    # its short last draft was the proposer's (a short n-gram match), not the trim's: capping would only
+    # shorten its next match, and at low load nothing needs the budget it would save
+    sched = _scheduler(budget=64)
+    a = _decoding(sched, 0, last_verified=1, last_cut=False)
+    b = _decoding(sched, 1, last_verified=1, last_cut=True)
+    sched.waiting.append(_request(2, 60))
+    assert [(r.req_id, d) for r, d in sched.schedule(K, adaptive_drafts=True).decodes] == [(a.req_id, K),
+                                                                                          (b.req_id, 2)]
+
+
+def test_the_old_rule_caps_every_request_while_prompts_wait():
+    sched = _scheduler(budget=64)
+    sched.cap_only_cut = False
+    a = _decoding(sched, 0, last_verified=1, last_cut=False)
+    sched.waiting.append(_request(1, 60))
+    assert sched.schedule(K, adaptive_drafts=True).decodes == [(a, 2)]
 
 
 def test_fixed_k_is_not_capped_while_prompts_wait():
