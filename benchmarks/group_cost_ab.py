@@ -14,7 +14,7 @@ import json
 import statistics
 from pathlib import Path
 
-import workers.adaptive as adaptive
+import workers.warmup_tables as warmup_tables
 import workers.attention as attention
 from workers.bench import _spec, _warmed, sustained_plan, varied_lengths, workload_prompts
 from workers.closed_loop import ClosedLoop, run_interleaved
@@ -27,14 +27,14 @@ def build(mode: str) -> LLMEngine:
     spec, _, setting = mode.partition("@")
     grouping, _, table = (setting or str(attention.GROUP_COST_ROWS)).partition("/")
     g, t = int(grouping), int(table or grouping)
-    saved, table_path = attention.GROUP_COST_ROWS, adaptive.target_table_path
+    saved, table_path = attention.GROUP_COST_ROWS, warmup_tables.target_table_path
     attention.GROUP_COST_ROWS = t  # the warm-up (if no table is on disk for T yet) measures under T
     if t != saved:  # a table of its own, next to the served one
-        adaptive.target_table_path = lambda e: table_path(e).with_name(f"{table_path(e).stem}-groups{t}.json")
+        warmup_tables.target_table_path = lambda e: table_path(e).with_name(f"{table_path(e).stem}-groups{t}.json")
     try:
         engine = LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(spec, 7)))
     finally:
-        attention.GROUP_COST_ROWS, adaptive.target_table_path = saved, table_path
+        attention.GROUP_COST_ROWS, warmup_tables.target_table_path = saved, table_path
     step = engine.step
 
     def grouped_step():

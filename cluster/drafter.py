@@ -65,10 +65,10 @@ class Drafter:
 
     def profile_step(self, requests: int, tokens: int) -> None:
         """One draft iteration for the warm-up cost table (timed by the caller, transport included)."""
-        from workers.adaptive import _profile_step
+        from workers.warmup_tables import profile_step
 
         with self._lock:
-            _profile_step(self.proposer.runner, requests, tokens)
+            profile_step(self.proposer.runner, requests, tokens)
 
 
 class _Link:

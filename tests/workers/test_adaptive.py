@@ -593,26 +593,6 @@ def test_an_ngram_request_is_rated_by_how_its_last_draft_fared():
     assert step([5, 0]) == [0.0, 1.0]
 
 
-def test_the_warm_up_measures_only_request_counts_whose_steps_fit_in_the_kv_pool(caplog, tmp_path):
-    """A pool of 100 blocks of 16 tokens holds 5 requests at the warm-up's context (17 blocks each): the
-    counts above are left out, with a warning, instead of failing the engine's start. A table already on
-    disk is not measured, so nothing is checked or said."""
-    from workers.block_pool import BlockPool
-
-    runner = SimpleNamespace(pool=BlockPool(100, 16))
-    with caplog.at_level("WARNING"):
-        assert adaptive_module._requests_that_fit(runner, (1, 2, 4, 8, 16), 9) == (1, 2, 4)
-    assert "up to 4 requests" in caplog.text
-    assert adaptive_module._requests_that_fit(SimpleNamespace(pool=BlockPool(400, 16)), (1, 2, 4, 8, 16), 9) \
-        == (1, 2, 4, 8, 16)
-    table = tmp_path / "table.json"
-    table.write_text("{}")
-    caplog.clear()
-    assert adaptive_module._requests_that_fit(runner, (1, 2, 4, 8, 16), 9, table) == (1, 2, 4, 8, 16)
-    assert adaptive_module._requests_that_fit(None, (1, 2, 4, 8, 16), 9) == (1, 2, 4, 8, 16)  # a remote drafter
-    assert not caplog.text
-
-
 def test_a_step_whose_trim_cut_the_planned_drafts_does_not_calibrate_the_depth_plan():
     """The plan priced verifying what it drafted; a step whose trim cut those drafts took less time than
     that for another reason than the plan's cost model, so the plan's calibration leaves it out."""
