@@ -8,6 +8,9 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   whole drafts, as before that bound, whether or not they open a block.
 - `alwaysreserve`: the scheduler's draft cap (`Scheduler.cap_only_cut`): while prompts wait, the variant caps
   every request's drafts at one more than it verified last step, not only the requests the trim cut.
+- `verifynone`: not a part but a probe of where adaptive's time goes: the variant drafts, estimates and trims as
+  adaptive does, then verifies nothing. Against no speculation it reads what the policy's host work costs;
+  adaptive against it reads what the positions it verifies bring.
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+import torch
 
 from point_variance import run_point  # benchmarks/, this script's folder
 from workers import bench
@@ -35,11 +40,19 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.explore_in_open_block = False
     elif part == "alwaysreserve":
         engine.scheduler.cap_only_cut = False
+    elif part == "verifynone":
+        trim = engine.adaptive.trim
+
+        def trim_then_drop(proposal, plan) -> None:
+            trim(proposal, plan)
+            proposal.num_drafts = torch.zeros_like(proposal.num_drafts)
+
+        engine.adaptive.trim = trim_then_drop
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--variant", choices=("noexplore", "wholeexplore", "alwaysreserve"), required=True)
+    ap.add_argument("--variant", choices=("noexplore", "wholeexplore", "alwaysreserve", "verifynone"), required=True)
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
     ap.add_argument("--concurrency", type=int, default=32)
