@@ -8,11 +8,10 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   whole drafts, as before that bound, whether or not they open a block.
 - `alwaysreserve`: the scheduler's draft cap (`Scheduler.cap_only_cut`): while prompts wait, the variant caps
   every request's drafts at one more than it verified last step, not only the requests the trim cut.
-- `uncalibratedtrim`: the trim's calibration without a depth plan (`AdaptiveVerifier.calibrate_trim`): the
-  variant's n-gram trim reads the cost table unscaled, as before.
 - `verifynone`: not a part but a probe of where adaptive's time goes: the variant drafts, estimates and trims as
   adaptive does, then verifies nothing. Against no speculation it reads what the policy's host work costs;
   adaptive against it reads what the positions it verifies bring.
+- `mixedverifynone`: the same in steps that also prefill only (pure decode steps verify as adaptive does).
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -42,21 +41,20 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.explore_in_open_block = False
     elif part == "alwaysreserve":
         engine.scheduler.cap_only_cut = False
-    elif part == "uncalibratedtrim":
-        engine.adaptive.calibrate_trim = False
-    elif part == "verifynone":
+    elif part in ("verifynone", "mixedverifynone"):
         trim = engine.adaptive.trim
 
         def trim_then_drop(proposal, plan) -> None:
             trim(proposal, plan)
-            proposal.num_drafts = torch.zeros_like(proposal.num_drafts)
+            if part == "verifynone" or plan.prefills:
+                proposal.num_drafts = torch.zeros_like(proposal.num_drafts)
 
         engine.adaptive.trim = trim_then_drop
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--variant", choices=("noexplore", "wholeexplore", "alwaysreserve", "uncalibratedtrim", "verifynone"), required=True)
+    ap.add_argument("--variant", choices=("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone"), required=True)
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
     ap.add_argument("--concurrency", type=int, default=32)

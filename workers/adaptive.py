@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from workers.budget import drafting_cannot_pay, plan_verify_lengths, step_seconds, survival
+from workers.budget import choose_verify_lengths, drafting_cannot_pay, plan_verify_lengths, step_seconds, survival
 from workers.cost_table import CostTable, GroupCostFit
 from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
 from workers.plan_calibration import PlanCalibration
@@ -138,10 +138,6 @@ class AdaptiveVerifier:
     # exploration verifies only the cut positions that fit the last open row block (EXPLORE_EVERY); False: the
     # whole draft, as before (benchmarks/adaptive_variant_ab.py --variant wholeexplore)
     explore_in_open_block = True
-    # without a depth plan (n-gram), the trim's choice in pure decode steps is scaled by `calibration` (the step
-    # times of verifying and of not, observed / predicted); False: unscaled, as before (the A/B variant
-    # uncalibratedtrim of benchmarks/adaptive_variant_ab.py)
-    calibrate_trim = True
 
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
                  draft_cost: CostTable | None = None, calibrate: bool = False,
@@ -464,22 +460,15 @@ class AdaptiveVerifier:
         # drafts already made: next to a prefill chunk their rows are priced as decode rows (budget.py); the
         # depth plan does not do so, as a draft model's catch-up rows there are not free
         requests = len(plan.decodes) + len(plan.prefills)
-        chosen, calibrated = None, False
         if self._rows_at_stake_s(requests, base_tokens, prefill_tokens, depths) <= self._search_s:
             lengths = n  # (TRIM_SEARCH_RATE)
         else:
             t = time.perf_counter()
-            row = self.cost.nearest_requests(requests)
-            calibrated = self._trim_calibrated(plan)
-            chosen = plan_verify_lengths(scores, self.cost, requests, base_tokens,
-                                         self._base_emitted(plan, base_tokens), self.overhead_s,
-                                         prefill_tokens=prefill_tokens,
-                                         **(self.calibration.scales(row) if calibrated else {}))
-            lengths = chosen.lengths
+            lengths = choose_verify_lengths(scores, self.cost, requests, base_tokens,
+                                            self._base_emitted(plan, base_tokens), self.overhead_s,
+                                            prefill_tokens=prefill_tokens)
             self._search_s += TRIM_SEARCH_RATE * (time.perf_counter() - t - self._search_s)
         kept = torch.minimum(n, self._maybe_explore(lengths, n, plan))
-        if chosen is not None and calibrated and bool(kept.any()) and torch.equal(kept, torch.minimum(n, lengths)):
-            self._planned = (row, chosen.seconds, scores)  # a verifying step as the search priced it
         offered, verified = sum(depths), int(kept.sum())
         self.offered_positions += offered
         if verified < offered:
@@ -490,12 +479,6 @@ class AdaptiveVerifier:
             self._planned = None
         proposal.num_drafts = kept
         self.verified_positions += verified
-
-    def _trim_calibrated(self, plan: "ScheduledStep") -> bool:
-        """The trim's choice is scaled by `calibration` (`calibrate_trim`): pure decode steps of a verifier with
-        no depth plan, whose calibration nothing else feeds."""
-        return (self.calibrate and self.calibrate_trim and self.draft_cost is None and self.capacity_planner is None
-                and not plan.prefills)
 
     def _rows_at_stake_s(self, requests: int, base_tokens: int, prefill_tokens: int, depths: list[int]) -> float:
         """The most the trim could save: the drafted rows' time, as decode rows next to a prefill (budget.py),
@@ -580,11 +563,8 @@ class AdaptiveVerifier:
         # the table's row and uniform lookup for this step, read once and before this step refreshes them
         row, table_s = (self.cost.nearest_requests(requests), self.cost.lookup(requests, tokens)) if pure_decode \
             else (0, 0.0)
-        if self.calibrate and pure_decode and (self.draft_cost is not None or self.calibrate_trim):
-            # a step that verified nothing computed one row per request; without a depth plan the trim set
-            # `_planned` for a verifying step it priced (`_trim_calibrated`)
-            plain = draft_depth == 0 if self.draft_cost is not None else tokens == requests
-            if plain:
+        if self.calibrate and self.draft_cost is not None and pure_decode:
+            if draft_depth == 0:
                 self.calibration.observe_plain(row, wall_s, table_s + self.overhead_s)
             elif self._planned is not None:
                 self.calibration.observe_spec(self._planned[0], wall_s, self._planned[1])

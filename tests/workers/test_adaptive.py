@@ -156,8 +156,8 @@ def test_the_trim_verifies_free_rows_without_searching(monkeypatch):
     flat = CostTable({(2, t): 0.040 for t in (2, 4, 8)})
     sloped = CostTable({(2, t): 0.040 + 0.004 * t for t in (2, 4, 8)})
     calls = []
-    real = adaptive_module.plan_verify_lengths
-    monkeypatch.setattr(adaptive_module, "plan_verify_lengths", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = adaptive_module.choose_verify_lengths
+    monkeypatch.setattr(adaptive_module, "choose_verify_lengths", lambda *a, **k: calls.append(1) or real(*a, **k))
     reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(2)]
     for table, searched, kept in ((flat, 0, [1, 1]), (sloped, 1, [1, 0])):
         calls.clear()
@@ -610,43 +610,3 @@ def test_a_step_whose_trim_cut_the_planned_drafts_does_not_calibrate_the_depth_p
     assert proposal.num_drafts.tolist() == [0] and av._planned is None
     av.observe_step(0.045, 0.040, 0.0045, 1, 1, True, 1, 1)
     assert 1 not in av.calibration._rows or av.calibration._rows[1].spec.steps == 0
-
-
-def test_without_a_depth_plan_the_trim_is_scaled_by_how_its_verifying_steps_ran():
-    """n-gram (no depth plan): the trim's choice in pure decode steps reads `calibration`, which its own steps
-    feed (a step that verified, as the search priced it; a step that verified nothing). Verifying steps that ran
-    at twice their price stop the verification the table alone would choose; `calibrate_trim` False ignores it."""
-    sloped = CostTable({(2, t): 0.040 + 0.004 * t for t in (2, 4, 8)})
-    reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(2)]
-
-    def trim(av: AdaptiveVerifier) -> list[int]:
-        plan = ScheduledStep(decodes=[(r, 1) for r in reqs])
-        av.plan_depths(plan)  # as the engine's step: clears the last step's prediction
-        proposal = SimpleNamespace(features=torch.zeros(2, 7, 3), num_drafts=torch.tensor([1, 1]))
-        av.trim(proposal, plan)
-        return proposal.num_drafts.tolist()
-
-    def verifier(calibrate_trim: bool) -> AdaptiveVerifier:
-        est = LogisticEstimator(7, 3)
-        est.refits = est.warmup_refits
-        est.predict = lambda f: torch.full(f.shape[:2], 0.9)
-        av = AdaptiveVerifier(sloped, est, None, calibrate=True)
-        av.calibrate_trim, av._search_s = calibrate_trim, 1e-4
-        return av
-
-    av = verifier(True)
-    assert trim(av) == [1, 1] and av._planned is not None
-    row, priced_s, _ = av._planned
-    av.observe_step(2 * priced_s, 2 * priced_s, 0.0, 2, 4, True)  # it verified 2 rows: a verifying step
-    av.plan_depths(ScheduledStep(decodes=[(r, 0) for r in reqs]))
-    plain_s = sloped.lookup(2, 2)
-    av.observe_step(plain_s, plain_s, 0.0, 2, 2, True)  # one row each: a plain step
-    kinds = av.calibration._rows[row]
-    assert (kinds.spec.steps, kinds.plain.steps) == (1, 1)
-    for _ in range(CALIBRATION_MIN_STEPS):
-        av.calibration.observe_spec(row, 2 * priced_s, priced_s)
-        av.calibration.observe_plain(row, plain_s, plain_s)
-    assert trim(av) == [0, 0] and av._planned is None
-    off = verifier(False)
-    off.calibration = av.calibration
-    assert trim(off) == [1, 1] and off._planned is None  # unscaled, and nothing predicted for the calibration
