@@ -12,6 +12,9 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   adaptive does, then verifies nothing. Against no speculation it reads what the policy's host work costs;
   adaptive against it reads what the positions it verifies bring.
 - `mixedverifynone`: the same in steps that also prefill only (pure decode steps verify as adaptive does).
+- `mixedreserve`: verifies as adaptive does everywhere, but the scheduler's next step reserves drafts for the
+  requests of a step that also prefilled as `mixedverifynone`'s does (as if the trim had cut all: one row each
+  while prompts wait). Against adaptive it reads the reserve's share of what `mixedverifynone` gains.
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -50,11 +53,29 @@ def _without(engine: LLMEngine, part: str) -> None:
                 proposal.num_drafts = torch.zeros_like(proposal.num_drafts)
 
         engine.adaptive.trim = trim_then_drop
+    elif part == "mixedreserve":
+        trim, schedule = engine.adaptive.trim, engine.scheduler.schedule
+        in_mixed: set[str] = set()
+
+        def trim_noting_mixed(proposal, plan) -> None:
+            trim(proposal, plan)
+            if plan.prefills:
+                in_mixed.update(r.req_id for r, _ in plan.decodes)
+
+        def schedule_as_if_cut(*args, **kwargs):
+            for req in engine.scheduler.running:
+                if req.req_id in in_mixed:
+                    req.last_verified, req.last_cut = 0, True
+            in_mixed.clear()
+            return schedule(*args, **kwargs)
+
+        engine.adaptive.trim, engine.scheduler.schedule = trim_noting_mixed, schedule_as_if_cut
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--variant", choices=("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone"), required=True)
+    ap.add_argument("--variant", required=True, choices=("noexplore", "wholeexplore", "alwaysreserve", "verifynone",
+                                                         "mixedverifynone", "mixedreserve"))
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
     ap.add_argument("--concurrency", type=int, default=32)
