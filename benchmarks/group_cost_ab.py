@@ -14,8 +14,8 @@ import json
 import statistics
 from pathlib import Path
 
-import workers.warmup_tables as warmup_tables
 import workers.attention as attention
+import workers.warmup_tables as warmup_tables
 from workers.bench import _spec, _warmed, sustained_plan, varied_lengths, workload_prompts
 from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig

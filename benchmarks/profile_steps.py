@@ -19,10 +19,10 @@ import time
 from workers.bench import _spec, _warmed, run_ours, sustained_plan, varied_lengths, workload_prompts
 from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig
-from workers.warmup_tables import PROFILE_KEY_SLOTS, target_table_path
 from workers.attention import context_cost_slots
 from workers.cost_table import CostTable, ragged_extra
 from workers.engine import LLMEngine
+from workers.warmup_tables import PROFILE_KEY_SLOTS, target_table_path
 
 
 def instrument(e: LLMEngine) -> dict:
