@@ -178,3 +178,29 @@ def test_adaptive_verification_is_lossless_and_trims(tiny_target, tiny_draft, tm
         assert set(by_call) == {"plan_depths", "trim", "learn", "observe_step"}
         assert abs(sum(by_call.values()) - times["policy_ms"]) < 0.01
     assert list((tmp_path / "cost_tables").glob("*.json"))  # persisted: a restart reuses it
+
+
+def test_the_engine_marks_each_request_whose_draft_the_trim_cut(tiny_target, tmp_path, monkeypatch):
+    """`Request.last_cut`, which the scheduler's draft reservation reads: set in every decode step, True only
+    where the trim verified fewer drafts than were drafted."""
+    monkeypatch.setenv("SPECFLEET_CACHE", str(tmp_path))
+    eng = _engine(tiny_target, SpecConfig(method="ngram", k=6, ngram_min=1, verify="adaptive", cost_table_budget_s=5))
+    expected = []
+
+    def cut_the_first_draft(proposal, plan) -> None:  # a trim that cuts the first request's draft only
+        drafted = proposal.num_drafts.tolist()
+        proposal.num_drafts[0] = 0
+        expected.append([(req, b == 0 and d > 0) for b, ((req, _), d) in enumerate(zip(plan.decodes, drafted))])
+
+    eng.adaptive.trim = cut_the_first_draft
+    for p in PROMPTS:
+        eng.add_request(p, _greedy())
+    checked = 0
+    while eng.has_unfinished():
+        before = len(expected)
+        eng.step()
+        if len(expected) > before:
+            assert [req.last_cut for req, _ in expected[-1]] == [cut for _, cut in expected[-1]]
+            checked += 1
+    assert checked > 0 and any(cut for step in expected for _, cut in step)
+    assert any(not cut for step in expected for _, cut in step)
