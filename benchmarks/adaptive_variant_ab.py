@@ -15,6 +15,9 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 - `mixedreserve`: verifies as adaptive does everywhere, but the scheduler's next step reserves drafts for the
   requests of a step that also prefilled as `mixedverifynone`'s does (as if the trim had cut all: one row each
   while prompts wait). Against adaptive it reads the reserve's share of what `mixedverifynone` gains.
+- `oldrowprice`: the price of a verified row as before 2026-12-05: steps that also prefill price no ragged cost
+  (`AdaptiveVerifier.mixed_ragged`), and the target's cost table is the one on disk whose row block was timed
+  on a ragged step (`OLD_TABLE_KEY`; the variant refuses to run where that table was never measured).
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -30,10 +33,35 @@ from pathlib import Path
 import torch
 
 from point_variance import run_point  # benchmarks/, this script's folder
+import workers.warmup_tables as warmup_tables
 from workers import bench
 from workers.bench import _spec, _warmed
 from workers.config import EngineConfig
 from workers.engine import LLMEngine
+
+
+OLD_TABLE_KEY = "|blocks|ragged-by-count|keys"
+
+
+def _build(mode: str, part: str) -> LLMEngine:
+    """The variant's engine; `oldrowprice` loads the old cost table (see the module's docstring)."""
+    config = EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(mode, 7))
+    if part != "oldrowprice":
+        return LLMEngine(config)
+    saved = warmup_tables.TABLE_KEY, warmup_tables.load_or_measure
+    loaded: list[Path] = []
+
+    def only_if_saved(path: Path, step, **kw):  # the target's table first; measuring it now would be the new way
+        if not loaded and not path.exists():
+            raise SystemExit("oldrowprice: no target cost table measured the old way on this machine")
+        loaded.append(path)
+        return saved[1](path, step, **kw)
+
+    warmup_tables.TABLE_KEY, warmup_tables.load_or_measure = OLD_TABLE_KEY, only_if_saved
+    try:
+        return LLMEngine(config)
+    finally:
+        warmup_tables.TABLE_KEY, warmup_tables.load_or_measure = saved
 
 
 def _without(engine: LLMEngine, part: str) -> None:
@@ -42,6 +70,8 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.estimator.explores = False
     elif part == "wholeexplore":
         engine.adaptive.explore_in_open_block = False
+    elif part == "oldrowprice":
+        engine.adaptive.mixed_ragged = False
     elif part == "alwaysreserve":
         engine.scheduler.cap_only_cut = False
     elif part in ("verifynone", "mixedverifynone"):
@@ -75,7 +105,7 @@ def _without(engine: LLMEngine, part: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", required=True, choices=("noexplore", "wholeexplore", "alwaysreserve", "verifynone",
-                                                         "mixedverifynone", "mixedreserve"))
+                                                         "mixedverifynone", "mixedreserve", "oldrowprice"))
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
     ap.add_argument("--concurrency", type=int, default=32)
@@ -84,7 +114,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     mode = f"{args.method}:7:adaptive#{args.variant}"
-    engine = LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(mode, 7)))
+    engine = _build(mode, args.variant)
     _without(engine, args.variant)
     bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, 0)  # run_bench takes this engine for the variant
     point = f"{args.method}_{args.workload}_c{args.concurrency}"

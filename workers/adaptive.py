@@ -138,6 +138,7 @@ class AdaptiveVerifier:
     # exploration verifies only the cut positions that fit the last open row block (EXPLORE_EVERY); False: the
     # whole draft, as before (benchmarks/adaptive_variant_ab.py --variant wholeexplore)
     explore_in_open_block = True
+    mixed_ragged = True  # the trim prices the ragged cost in steps that also prefill (budget.py); False for an A/B
 
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
                  draft_cost: CostTable | None = None, calibrate: bool = False,
@@ -466,7 +467,7 @@ class AdaptiveVerifier:
             t = time.perf_counter()
             lengths = choose_verify_lengths(scores, self.cost, requests, base_tokens,
                                             self._base_emitted(plan, base_tokens), self.overhead_s,
-                                            prefill_tokens=prefill_tokens)
+                                            prefill_tokens=prefill_tokens, mixed_ragged=self.mixed_ragged)
             self._search_s += TRIM_SEARCH_RATE * (time.perf_counter() - t - self._search_s)
         kept = torch.minimum(n, self._maybe_explore(lengths, n, plan))
         offered, verified = sum(depths), int(kept.sum())
@@ -485,10 +486,13 @@ class AdaptiveVerifier:
         with the ragged cost if the drafts are not all of one depth."""
         B, offered = len(depths), sum(depths)
         if prefill_tokens:
-            return self.cost.lookup(B, B + offered) - self.cost.lookup(B, B)
-        rows_s = self.cost.lookup(requests, base_tokens + offered) - self.cost.lookup(requests, base_tokens)
+            rows_s = self.cost.lookup(B, B + offered) - self.cost.lookup(B, B)
+            if not self.mixed_ragged:
+                return rows_s
+        else:
+            rows_s = self.cost.lookup(requests, base_tokens + offered) - self.cost.lookup(requests, base_tokens)
         if self.cost.ragged and B > 1 and min(depths) != max(depths):
-            rows_s += float(self.cost.ragged_array(requests, np.array([max(depths)]))[0])
+            rows_s += float(self.cost.ragged_array(B if prefill_tokens else requests, np.array([max(depths)]))[0])
         return rows_s
 
     def _maybe_explore(self, lengths: torch.Tensor, n: torch.Tensor, plan: "ScheduledStep") -> torch.Tensor:

@@ -57,13 +57,17 @@ def plan_verify_lengths(
     plain_scale: float = 1.0,  # observed / predicted time of steps that take no position
     spec_scale: float = 1.0,  # the same for steps that take some
     decode_rows_floor: bool = False,  # rows on the step's token curve cost at least what they do as decode rows
+    mixed_ragged: bool = True,  # a mixed step's verified rows pay the ragged cost too (False: as before 2026-12-05)
 ) -> VerifyPlan:
     """With `prefill_tokens` > 0 (a mixed step), verified rows are priced as rows of the B decoding requests
-    alone (their marginal on the table's decode curve) and without the ragged cost: the chunks run as their
-    own GEMM blocks and already take the step off the uniform decode path. Reading the mixed step's tokens
-    on the decode curve priced each verified row at ~1.2 ms plus the ~15 ms ragged cost; measured at 16
-    requests with a 256-token chunk (context 256), 15 x 1 + 1 x 2, 15 x 1 + 1 x 8 and 12 x 1 + 4 x 5 rows all
-    cost what 16 x 1 does (369-373 ms), and 16 x 2 8 ms more.
+    alone (their marginal on the table's decode curve), plus the ragged cost of B requests as in a pure decode
+    step: the chunks run as their own GEMM blocks, but the decoding requests' attention still splits by query
+    length. Measured (AMD EPYC, bf16, context 200, medians of 25-41 steps; docs/performance.md, "A verified
+    row beside a prefill chunk"): at 31 decoding requests one request verifying 1 draft added 5-9 ms to steps
+    with a 24-150-token chunk (7 ms without a chunk), where the table prices the row at 0 (it fills the
+    32-row block). Without the ragged cost, such a row was taken in nearly every mixed step at ShareGPT c=32
+    for ~0.4 expected tokens, at the decode rate ~1.7 ms of work. (An earlier measurement at 16 requests
+    with a 256-token chunk read no ragged cost, within its noise.)
 
     The depth plan of such a step reads its rows on the step's token curve, as drafting there is not free
     (see docs/architecture.md, "A step that also prefills"), with `decode_rows_floor` at no less than their
@@ -121,9 +125,9 @@ def plan_verify_lengths(
     deepest = np.maximum.accumulate(depth * take, axis=-1)  # the longest verify among the positions taken
     seconds = step_s[count]
     # unless every request verifies the same count, the step is ragged (see cost_table.py); never with one request
-    if cost.ragged and not prefill_tokens and B > 1:
+    if cost.ragged and (mixed_ragged or not prefill_tokens) and B > 1:
         ragged = (count > 0) & (count < B * deepest)
-        seconds = seconds + ragged * cost.ragged_array(num_requests, np.arange(K + 1))[deepest]
+        seconds = seconds + ragged * cost.ragged_array(B if prefill_tokens else num_requests, np.arange(K + 1))[deepest]
         # the verify choice only (see the docstring); two requests make at most the two groups the cells time
         if cost.group_s > 0 and draft_step_s == 0 and request_s is None and B > 2:
             seconds = seconds + cost.group_s * np.maximum(_query_lengths(depth, take, B) - 2, 0)

@@ -402,7 +402,7 @@ def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAUL
     for r, e, kind in cells:
         if kind == "ragged" and table.block_rows is None and row_block > 1 and (row_block, 2 * row_block) in table.seconds:
             # before the ragged cells of the row-block size and above, priced against the lookup this changes
-            table.block_rows = block_cost_rows(table, median_s(lambda: ragged_step([1] * (row_block - 1) + [2])))
+            table.block_rows = block_cost_rows(table, median_s(lambda: ragged_step([1] * (row_block + 1))))
         predicted = repeats * _predicted_step_s(table, r, r + e if kind == "ragged" else r * (1 + e))
         if time.perf_counter() + predicted * (1.5 if kind == "context" else 1.0) > deadline:
             skipped.append((r, e, kind))
@@ -436,9 +436,14 @@ def _predicted_step_s(table: CostTable, requests: int, tokens: int) -> float:
 
 
 def block_cost_rows(table: CostTable, opened_s: float) -> float:
-    """A row block's fixed cost in rows, from three steps of q = row_block requests: q rows (one full block),
-    q + 1 rows (`opened_s`: one request computes 2, opening a second block) and 2q rows (two full blocks).
-    The rows cost (2q - (q + 1)) apart; the jump from q to q + 1 rows, less one row, is the block."""
+    """A row block's fixed cost in rows, from three steps: q = row_block requests of 1 row (one full block),
+    q + 1 requests of 1 row (`opened_s`: a second block opens) and q requests of 2 rows (two full blocks).
+    The rows cost (2q - (q + 1)) apart; the jump from q to q + 1 rows, less one row, is the block.
+    `opened_s` is a uniform step: timed as q - 1 requests of 1 row and one of 2, it also held the cost of a
+    second query length (the ragged cost, ~7 ms at 31 requests on an AMD EPYC), so the block absorbed it and
+    the ragged cells at q requests and above, measured against this lookup, read 0: a step of 31 decoding
+    requests and one verified row was then priced as free (docs/performance.md, "A verified row beside a
+    prefill chunk")."""
     q = table.row_block
     one, two = table.seconds[(q, q)], table.seconds[(q, 2 * q)]
     per_row = max((two - opened_s) / (q - 1), 1e-9)

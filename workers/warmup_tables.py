@@ -27,6 +27,8 @@ CONTEXT_PROBE = 256
 # each, 126 ms for 17 each): a request's first draft feeds its whole prompt, which at c=32 ShareGPT was
 # 559 of 1,094 ms of drafting while the plan priced every draft iteration at ~14 ms.
 CATCH_UP_ROWS = 16
+# What a saved target table must have been measured with to be reused (`target_table_path`)
+TABLE_KEY = "|blocks|ragged-by-count|keys|open-uniform"
 
 
 def warm_up_tables(engine: "LLMEngine") -> tuple[CostTable, CostTable | None]:
@@ -69,10 +71,11 @@ def target_table_path(engine: "LLMEngine") -> Path:
     """Where the target's warm-up table is kept: keyed by model, tensor parallelism, dtype and hardware
     (`|blocks`: tables measured before the ragged cells and the row blocks' cost existed are not reused;
     `|ragged-by-count`: nor those whose budget cut left the ragged cells of all but the smallest request count;
-    `|keys`: nor those without the context cells, `CostTable.key_slot_s`)."""
+    `|keys`: nor those without the context cells, `CostTable.key_slot_s`; `|open-uniform`: nor those whose
+    row block was timed on a ragged step, `block_cost_rows`)."""
     cfg = engine.config
     tp = f"|tp{cfg.tensor_parallel_size}" if cfg.tensor_parallel_size > 1 else ""
-    key = hardware_key(cfg.model + tp + "|blocks|ragged-by-count|keys", str(engine.model.dtype), str(engine.model.device))
+    key = hardware_key(cfg.model + tp + TABLE_KEY, str(engine.model.dtype), str(engine.model.device))
     return cache_dir() / "cost_tables" / f"{key}.json"
 
 
