@@ -18,6 +18,8 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 - `oldrowprice`: the price of a verified row as before 2026-12-05: steps that also prefill price no ragged cost
   (`AdaptiveVerifier.mixed_ragged`), and the target's cost table is the one on disk whose row block was timed
   on a ragged step (`OLD_TABLE_KEY`; the variant refuses to run where that table was never measured).
+- `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
+  re-measurement changed, apart from the price.
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -44,16 +46,16 @@ OLD_TABLE_KEY = "|blocks|ragged-by-count|keys"
 
 
 def _build(mode: str, part: str) -> LLMEngine:
-    """The variant's engine; `oldrowprice` loads the old cost table (see the module's docstring)."""
+    """The variant's engine; `oldrowprice` and `oldtable` load the old cost table (see the module's docstring)."""
     config = EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(mode, 7))
-    if part != "oldrowprice":
+    if part not in ("oldrowprice", "oldtable"):
         return LLMEngine(config)
     saved = warmup_tables.TABLE_KEY, warmup_tables.load_or_measure
     loaded: list[Path] = []
 
     def only_if_saved(path: Path, step, **kw):  # the target's table first; measuring it now would be the new way
         if not loaded and not path.exists():
-            raise SystemExit("oldrowprice: no target cost table measured the old way on this machine")
+            raise SystemExit(f"{part}: no target cost table measured the old way on this machine")
         loaded.append(path)
         return saved[1](path, step, **kw)
 
@@ -105,7 +107,8 @@ def _without(engine: LLMEngine, part: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", required=True, choices=("noexplore", "wholeexplore", "alwaysreserve", "verifynone",
-                                                         "mixedverifynone", "mixedreserve", "oldrowprice"))
+                                                         "mixedverifynone", "mixedreserve", "oldrowprice",
+                                                         "oldtable"))
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
     ap.add_argument("--concurrency", type=int, default=32)
