@@ -39,8 +39,9 @@ def warm_up_tables(engine: "LLMEngine") -> tuple[CostTable, CostTable | None]:
     path = target_table_path(engine)
     log.info("cost table: %s (measuring if absent, <= %.0f s)", path, cfg.spec.cost_table_budget_s)
     requests = tuple(r for r in (1, 2, 4, 8, 16, 32, 64) if r <= cfg.max_num_seqs)
-    requests_fit = requests_that_fit(engine.runner, requests, 1 + max(DEFAULT_EXTRA_TOKENS + RAGGED_EXTRA), path)
     row_block = SMALL_ROWS if cfg.batch_invariant else 1  # a property of the runner, not the file
+    requests_fit = requests_that_fit(engine.runner, requests, 1 + max(DEFAULT_EXTRA_TOKENS + RAGGED_EXTRA), path,
+                                     block_at=row_block if row_block > 1 else 0)
     long = PROFILE_CONTEXT + CONTEXT_PROBE
     cost = load_or_measure(path, lambda r, n: profile_step(engine.runner, r, n),
                            budget_s=cfg.spec.cost_table_budget_s, requests=requests_fit,
@@ -80,17 +81,18 @@ def target_table_path(engine: "LLMEngine") -> Path:
 
 
 def requests_that_fit(runner: ModelRunner | None, requests: tuple[int, ...], rows: int,
-                       table: Path | None = None, quiet: bool = False) -> tuple[int, ...]:
+                       table: Path | None = None, quiet: bool = False, block_at: int = 0) -> tuple[int, ...]:
     """The warm-up's request counts whose steps (`rows` positions each at PROFILE_CONTEXT) fit in the runner's
     KV pool (all of them when the `table` is on disk and so not measured, or with no local runner); the
     others are left out (the table extrapolates) with a warning. A 0.5 GB fp32 pool (728 blocks of
     the default model) cannot hold 64 x 17 blocks: the warm-up raised NoFreeBlocksError and the engine did not
-    start, unless a table measured with a larger pool was already on disk."""
+    start, unless a table measured with a larger pool was already on disk. With `block_at` (the row block),
+    that count's cells also time the row block on `block_at` + 1 sequences (`cost_table.block_cost_rows`)."""
     pool = getattr(runner, "pool", None)
     if pool is None or (table is not None and table.exists()):
         return requests
     per_request = -(-(PROFILE_CONTEXT + rows) // pool.block_size)
-    fit = tuple(r for r in requests if r * per_request <= pool.num_free) or requests[:1]
+    fit = tuple(r for r in requests if (r + (r == block_at)) * per_request <= pool.num_free) or requests[:1]
     if len(fit) < len(requests) and not quiet:
         log.warning("cost table: the KV pool (%d blocks free) holds warm-up steps of up to %d requests; "
                     "larger counts are extrapolated (raise kv_cache_memory_gb to measure them)",

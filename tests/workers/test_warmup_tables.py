@@ -15,6 +15,9 @@ def test_the_warm_up_measures_only_request_counts_whose_steps_fit_in_the_kv_pool
     assert "up to 4 requests" in caplog.text
     assert requests_that_fit(SimpleNamespace(pool=BlockPool(400, 16)), (1, 2, 4, 8, 16), 9) \
         == (1, 2, 4, 8, 16)
+    # the row block is timed on 33 sequences (17 blocks each) where the 32-request cells are measured
+    assert requests_that_fit(SimpleNamespace(pool=BlockPool(550, 16)), (16, 32), 9, block_at=32) == (16,)
+    assert requests_that_fit(SimpleNamespace(pool=BlockPool(561, 16)), (16, 32), 9, block_at=32) == (16, 32)
     table = tmp_path / "table.json"
     table.write_text("{}")
     caplog.clear()
