@@ -64,10 +64,10 @@ def plan_verify_lengths(
     step: the chunks run as their own GEMM blocks, but the decoding requests' attention still splits by query
     length. Measured (AMD EPYC, bf16, context 200, medians of 25-41 steps; docs/performance.md, "A verified
     row beside a prefill chunk"): at 31 decoding requests one request verifying 1 draft added 5-9 ms to steps
-    with a 24-150-token chunk (7 ms without a chunk), where the table prices the row at 0 (it fills the
-    32-row block). Without the ragged cost, such a row was taken in nearly every mixed step at ShareGPT c=32
-    for ~0.4 expected tokens, at the decode rate ~1.7 ms of work. (An earlier measurement at 16 requests
-    with a 256-token chunk read no ragged cost, within its noise.)
+    with a 24-150-token chunk (8 ms without a chunk), where the table prices the row at 0 (it fills the
+    32-row block): at ShareGPT c=32, where most steps prefill beside ~31 decoding requests, one verified row
+    read as free while it cost about two tokens' time at the decode rate (~3-4 ms a token). (An earlier
+    measurement at 16 requests with a 256-token chunk read no ragged cost, within its noise.)
 
     The depth plan of such a step reads its rows on the step's token curve, as drafting there is not free
     (see docs/architecture.md, "A step that also prefills"), with `decode_rows_floor` at no less than their
