@@ -274,7 +274,7 @@ def test_a_step_that_also_prefills_prices_drafts_as_decode_rows_with_the_ragged_
     """Next to a prefill chunk a verified row is read on the decode curve of the B decoding requests, not at the
     mixed step's token count (where this table's slope is 10x steeper), and it pays the ragged cost as in a pure
     decode step: their attention still splits by query length (a 1-draft verify beside a 24-256-token chunk
-    added 6-11 ms to 8-31 decoding requests, AMD EPYC). `mixed_ragged=False` is the price before that."""
+    added 5-11 ms to 8-31 decoding requests, AMD EPYC). `mixed_ragged=False` is the price before that."""
     ragged = {(4, 1): 0.006, (4, 7): 0.012}
     table = CostTable({(4, t): 0.040 + 0.002 * t for t in (4, 8, 16)} | {(4, t): 0.020 * t for t in (64, 256)},
                       ragged=ragged)
