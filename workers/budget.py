@@ -64,7 +64,7 @@ def plan_verify_lengths(
     step: the chunks run as their own GEMM blocks, but the decoding requests' attention still splits by query
     length. Measured (AMD EPYC, bf16, context 200, medians of 25-41 steps; docs/performance.md, "A verified
     row beside a prefill chunk"): at 31 decoding requests one request verifying 1 draft added 5-9 ms to steps
-    with a 24-150-token chunk (8 ms without a chunk), where the table prices the row at 0 (it fills the
+    with a 24-150-token chunk (7-8 ms without a chunk), where the table prices the row at 0 (it fills the
     32-row block): at ShareGPT c=32, where most steps prefill beside ~31 decoding requests, one verified row
     read as free while it cost about two tokens' time at the decode rate (~3-4 ms a token). (An earlier
     measurement at 16 requests with a 256-token chunk read no ragged cost, within its noise.)
