@@ -439,11 +439,11 @@ def block_cost_rows(table: CostTable, opened_s: float) -> float:
     """A row block's fixed cost in rows, from three steps: q = row_block requests of 1 row (one full block),
     q + 1 requests of 1 row (`opened_s`: a second block opens) and q requests of 2 rows (two full blocks).
     The rows cost (2q - (q + 1)) apart; the jump from q to q + 1 rows, less one row, is the block.
-    `opened_s` is a uniform step: timed as q - 1 requests of 1 row and one of 2, it also held the cost of a
-    second query length (the ragged cost, ~7 ms at 31 requests on an AMD EPYC), so the block absorbed it and
-    the ragged cells at q requests and above, measured against this lookup, read 0: a step of 31 decoding
-    requests and one verified row was then priced as free (docs/performance.md, "A verified row beside a
-    prefill chunk")."""
+    `opened_s` is a uniform step. Until 2026-12-05 it was q - 1 requests of 1 row and one of 2, which also
+    held the cost of a second query length (the ragged cost, ~7 ms at 31 requests on an AMD EPYC): the block
+    absorbed it, and the ragged cells at q requests and above, measured against this lookup, read 0, so a
+    step of 31 decoding requests and one verified row was priced as free (docs/performance.md, "A verified
+    row beside a prefill chunk")."""
     q = table.row_block
     one, two = table.seconds[(q, q)], table.seconds[(q, 2 * q)]
     per_row = max((two - opened_s) / (q - 1), 1e-9)
