@@ -26,16 +26,10 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-import logging
 import platform
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-
-log = logging.getLogger(__name__)
 
 DEFAULT_REQUESTS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_EXTRA_TOKENS = (0, 1, 2, 4, 8)  # verify positions per request on top of its 1 token
@@ -62,7 +56,7 @@ class CostTable:
     time is a staircase in blocks, and interpolating between 32 and 64 tokens priced a few extra verify
     tokens at a fraction of the block they open. Lookups above one block read the table at whole blocks.
 
-    `block_rows` (measured at warm-up, see `block_cost_rows`): a block's fixed cost in rows. Reading every
+    `block_rows` (measured at warm-up, see `cost_measure.block_cost_rows`): a block's fixed cost in rows. Reading every
     step past a block boundary at the next whole block priced 1-8 extra rows as 32 (measured at 32 requests,
     context 256-400: 33-40 rows 188-220 ms, 64 rows 247-252, 32 rows 149-165), and the online refresh then
     pulled the whole-block cell down towards those partial steps, so a full second block looked as cheap as
@@ -361,99 +355,3 @@ def hardware_key(model: str, dtype: str, device: str) -> str:
         pass
     raw = f"{model}|{dtype}|{device}|{cpu}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
-
-
-def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAULT_REQUESTS,
-            extra: tuple[int, ...] = DEFAULT_EXTRA_TOKENS, budget_s: float = 60.0, repeats: int = 5,
-            ragged_step: Callable[[list[int]], None] | None = None, row_block: int = 1,
-            context_step: Callable[[int], None] | None = None, context_slots: int = 0,
-            context_requests: tuple[int, ...] = ()) -> CostTable:
-    """Time `step(requests, tokens)` over the grid (median of `repeats`), smallest cells first, within the
-    time budget: a cell whose `repeats` steps the table so far predicts to end past it is left out (lookups
-    extrapolate), and so is every cell once the budget is spent. Checking only that time was left let the
-    last cell run the whole budget over (its 5 steps of 64 x 9 tokens are the grid's longest). With `ragged_step`
-    (rows per request -> one step), each request count >= 2 also gets its `ragged` cells, priced against
-    the lookup the policy will make (`row_block` as the runner computes). With `context_step` (r requests x 1
-    token, each `context_slots` key slots beyond the grid's context), each of `context_requests` times one more
-    step, and `key_slot_s` is their seconds over the plain cells' per slot, pooled (per slot it was about the
-    same at 2-32 requests; the largest counts, least noisy, weigh most)."""
-    table = CostTable(row_block=row_block)
-    over = [0.0, 0.0]  # seconds and sequence-slots of the context cells over their plain cells
-
-    def median_s(run: Callable[[], None]) -> float:
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - t)
-        return sorted(times)[len(times) // 2]
-
-    for _ in range(2):  # untimed: the first steps after loading run slow (measured 55 ms vs 34 for 1 x 1)
-        step(requests[0], requests[0])
-    deadline = time.perf_counter() + budget_s
-    # each request count's ragged cells right after its uniform ones: a budget cut then loses the largest
-    # request counts, which extrapolate, rather than every ragged cell but the first (the uniform grid first
-    # left an AVX2 machine with only the 2-request cells, read at every request count; see observe_ragged)
-    # (requests, extra rows, kind): each request count's ragged and context cells right after its uniform ones
-    cells = [c for r in requests for c in [(r, e, "uniform") for e in extra]
-             + [(r, e, "ragged") for e in RAGGED_EXTRA if r > 1 and ragged_step]
-             + ([(r, 0, "context")] if context_step and context_slots > 0 and r in context_requests else [])]
-    skipped: list[tuple[int, int, str]] = []
-    for r, e, kind in cells:
-        if kind == "ragged" and table.block_rows is None and row_block > 1 and (row_block, 2 * row_block) in table.seconds:
-            # before the ragged cells of the row-block size and above, priced against the lookup this changes
-            table.block_rows = block_cost_rows(table, median_s(lambda: ragged_step([1] * (row_block + 1))))
-        predicted = repeats * _predicted_step_s(table, r, r + e if kind == "ragged" else r * (1 + e))
-        if time.perf_counter() + predicted * (1.5 if kind == "context" else 1.0) > deadline:
-            skipped.append((r, e, kind))
-            continue
-        if kind == "uniform":
-            table.seconds[(r, r * (1 + e))] = median_s(lambda: step(r, r * (1 + e)))
-        elif (r, r) in table.seconds and kind == "ragged":
-            s = median_s(lambda: ragged_step([1] * (r - 1) + [1 + e]))
-            table.ragged[(r, e)] = max(0.0, s - table.lookup(r, r + e))
-        elif (r, r) in table.seconds:
-            over[0] += median_s(lambda: context_step(r)) - table.seconds[(r, r)]
-            over[1] += r * context_slots
-    table.key_slot_s = max(0.0, over[0] / over[1]) if over[1] else 0.0
-    if skipped:
-        log.warning("cost table: %d of %d cells did not fit the %.0f s budget and are extrapolated "
-                    "(first: %d requests, %d extra rows, %s)", len(skipped), len(cells), budget_s, skipped[0][0],
-                    skipped[0][1], skipped[0][2])
-    return table
-
-
-def _predicted_step_s(table: CostTable, requests: int, tokens: int) -> float:
-    """A cell's step time as the table measured so far predicts it (0 before any cell). A row of one cell
-    looks up flat, so there it grows in proportion to tokens: the next cell of a new row is the compute-bound
-    case (64 x 1 tokens to 64 x 2), and over-predicting a small memory-bound cell costs no cell near the end."""
-    if not table.seconds:
-        return 0.0
-    xs, ss = table._curve(requests)
-    if len(xs) == 1:
-        return float(ss[0]) * max(1.0, tokens / max(float(xs[0]), 1.0))
-    return table.lookup(requests, tokens)
-
-
-def block_cost_rows(table: CostTable, opened_s: float) -> float:
-    """A row block's fixed cost in rows, from three steps: q = row_block requests of 1 row (one full block),
-    q + 1 requests of 1 row (`opened_s`: a second block opens) and q requests of 2 rows (two full blocks).
-    The rows cost (2q - (q + 1)) apart; the jump from q to q + 1 rows, less one row, is the block.
-    `opened_s` is a uniform step. Until 2026-12-05 it was q - 1 requests of 1 row and one of 2, which also
-    held the cost of a second query length (the ragged cost, ~7 ms at 31 requests on an AMD EPYC): the block
-    absorbed it, and the ragged cells at q requests and above, measured against this lookup, read 0, so a
-    step of 31 decoding requests and one verified row was priced as free (docs/performance.md, "A verified
-    row beside a prefill chunk")."""
-    q = table.row_block
-    one, two = table.seconds[(q, q)], table.seconds[(q, 2 * q)]
-    per_row = max((two - opened_s) / (q - 1), 1e-9)
-    return float(min(max((opened_s - one - per_row) / per_row, 0.0), 4.0 * q))
-
-
-def load_or_measure(path: Path, step: Callable[[int, int], None], **kw) -> CostTable:
-    if path.exists():
-        return CostTable.from_json(path.read_text())
-    table = measure(step, **kw)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(table.to_json())
-    return table

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from workers.attention import SMALL_ROWS, padded_key_slots
-from workers.cost_table import DEFAULT_EXTRA_TOKENS, RAGGED_EXTRA, CostTable, hardware_key, load_or_measure
+from workers.cost_measure import load_or_measure
+from workers.cost_table import DEFAULT_EXTRA_TOKENS, RAGGED_EXTRA, CostTable, hardware_key
 from workers.model_runner import ModelRunner, StepChunk
 from workers.model_store import cache_dir
 
@@ -28,7 +29,7 @@ CONTEXT_PROBE = 256
 # 559 of 1,094 ms of drafting while the plan priced every draft iteration at ~14 ms.
 CATCH_UP_ROWS = 16
 # What a saved target table must have been measured with to be reused (`target_table_path`)
-TABLE_KEY = "|blocks|ragged-by-count|keys|open-uniform"
+TABLE_KEY = "|blocks|ragged-by-count|keys|open-uniform|rounds"
 
 
 def warm_up_tables(engine: "LLMEngine") -> tuple[CostTable, CostTable | None]:
@@ -58,7 +59,7 @@ def warm_up_tables(engine: "LLMEngine") -> tuple[CostTable, CostTable | None]:
     where = "|remote" if step is not None else ""
     runner = None if step is not None else engine.proposer.runner
     step = step or (lambda r, n: profile_step(runner, r, n))
-    dkey = hardware_key(f"{cfg.model}|draft:{cfg.spec.draft_model}{where}|catch-up",
+    dkey = hardware_key(f"{cfg.model}|draft:{cfg.spec.draft_model}{where}|catch-up|rounds",
                         str(engine.model.dtype), str(engine.model.device))
     dpath = cache_dir() / "cost_tables" / f"{dkey}.json"
     draft_cost = load_or_measure(dpath, step, budget_s=cfg.spec.cost_table_budget_s / 4,
@@ -73,7 +74,8 @@ def target_table_path(engine: "LLMEngine") -> Path:
     (`|blocks`: tables measured before the ragged cells and the row blocks' cost existed are not reused;
     `|ragged-by-count`: nor those whose budget cut left the ragged cells of all but the smallest request count;
     `|keys`: nor those without the context cells, `CostTable.key_slot_s`; `|open-uniform`: nor those whose
-    row block was timed on a ragged step, `block_cost_rows`)."""
+    row block was timed on a ragged step, `block_cost_rows`; `|rounds`: nor those timed cell after cell,
+    workers/cost_measure.py; the draft's key gained `|rounds` too)."""
     cfg = engine.config
     tp = f"|tp{cfg.tensor_parallel_size}" if cfg.tensor_parallel_size > 1 else ""
     key = hardware_key(cfg.model + tp + TABLE_KEY, str(engine.model.dtype), str(engine.model.device))
@@ -87,7 +89,7 @@ def requests_that_fit(runner: ModelRunner | None, requests: tuple[int, ...], row
     others are left out (the table extrapolates) with a warning. A 0.5 GB fp32 pool (728 blocks of
     the default model) cannot hold 64 x 17 blocks: the warm-up raised NoFreeBlocksError and the engine did not
     start, unless a table measured with a larger pool was already on disk. With `block_at` (the row block),
-    that count's cells also time the row block on `block_at` + 1 sequences (`cost_table.block_cost_rows`)."""
+    that count's cells also time the row block on `block_at` + 1 sequences (`cost_measure.block_cost_rows`)."""
     pool = getattr(runner, "pool", None)
     if pool is None or (table is not None and table.exists()):
         return requests
