@@ -66,6 +66,9 @@ def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAUL
     for _ in range(2):  # untimed: the first steps after loading run slow (measured 55 ms vs 34 for 1 x 1)
         step(requests[0], requests[0])
     deadline = time.perf_counter() + budget_s
+    # each request count's ragged, block and context cells with its uniform ones: a budget cut then loses the
+    # largest request counts, which extrapolate, not every ragged cell but the first (a grid of uniform cells
+    # first left an AVX2 machine only the 2-request ragged cells, read at every count; see observe_ragged)
     rows = {r: [Cell(r, e, "uniform") for e in extra]
             + ([Cell(r, 0, "block")] if ragged_step and r == row_block > 1 and 1 in extra else [])
             + [Cell(r, e, "ragged") for e in RAGGED_EXTRA if r > 1 and ragged_step]

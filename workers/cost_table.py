@@ -56,11 +56,11 @@ class CostTable:
     time is a staircase in blocks, and interpolating between 32 and 64 tokens priced a few extra verify
     tokens at a fraction of the block they open. Lookups above one block read the table at whole blocks.
 
-    `block_rows` (measured at warm-up, see `cost_measure.block_cost_rows`): a block's fixed cost in rows. Reading every
-    step past a block boundary at the next whole block priced 1-8 extra rows as 32 (measured at 32 requests,
-    context 256-400: 33-40 rows 188-220 ms, 64 rows 247-252, 32 rows 149-165), and the online refresh then
-    pulled the whole-block cell down towards those partial steps, so a full second block looked as cheap as
-    a few rows (fixed k=1's steps at c=32 read 0.81x the table). With it, the lookup axis is
+    `block_rows` (measured at warm-up, see `cost_measure.block_cost_rows`): a block's fixed cost in rows.
+    Reading every step past a block boundary at the next whole block priced 1-8 extra rows as 32 (measured at
+    32 requests, context 256-400: 33-40 rows 188-220 ms, 64 rows 247-252, 32 rows 149-165), and the online
+    refresh then pulled the whole-block cell down towards those partial steps, so a full second block looked
+    as cheap as a few rows (fixed k=1's steps at c=32 read 0.81x the table). With it, the lookup axis is
     rows + block_rows x blocks: a step pays each block it opens once, then its rows."""
 
     seconds: dict[tuple[int, int], float] = field(default_factory=dict)
