@@ -32,8 +32,11 @@ class Cell:
     kind: str
 
     def tokens(self) -> int:
-        return {"uniform": self.requests * (1 + self.extra), "ragged": self.requests + self.extra}.get(
-            self.kind, self.requests + (self.kind == "block"))
+        if self.kind == "uniform":
+            return self.requests * (1 + self.extra)
+        if self.kind == "ragged":
+            return self.requests + self.extra
+        return self.requests + (self.kind == "block")
 
 
 def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAULT_REQUESTS,
@@ -107,7 +110,7 @@ def _cells_that_fit(table: CostTable, cells: list[Cell], repeats: int, deadline:
     chosen: list[Cell] = []
     end = time.perf_counter()
     for c in cells:
-        if c.kind != "uniform" and (chosen[:1] != [Cell(c.requests, 0, "uniform")]):
+        if c.kind != "uniform" and chosen[:1] != [Cell(c.requests, 0, "uniform")]:
             continue
         predicted = repeats * _predicted_step_s(table, c.requests, c.tokens())
         if end + predicted * (1.5 if c.kind == "context" else 1.0) <= deadline:
