@@ -20,9 +20,19 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   on a ragged step (`OLD_TABLE_KEY`; the variant refuses to run where that table was never measured).
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
   re-measurement changed, apart from the price.
+- `cap2`, `cap4` (any `capD`): verifies what adaptive's trim chose, but at most D drafts per request. At n-gram
+  repetitive c=32, where adaptive verified whole drafts of a few requests and none of most, this reads what the
+  depth of those whole drafts cost in closed loop (docs/performance.md, "Why adaptive trails k=2 at n-gram
+  repetitive c=32").
+- `perrequest`: a probe of the sustained-load rule: each request verifies the depth d that minimises its own
+  cost per token, (b + d r) / (1 + its survival summed to d), b a plain step's seconds per request and r a
+  verified row's (the table's step with one more row per request, over the plain one), whatever the others do
+  (row blocks and the ragged cost are not priced).
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
+    python benchmarks/adaptive_variant_ab.py --variant cap2,cap4,perrequest --fixed 2 --method ngram \
+        --workload repetitive --concurrency 32 --cycles 4   # several variants in one run
 
 (`nocontext`, the cost table's context term priced by the policy, was a part here until it was taken out of the
 policy: its results in docs/performance.md, "The split by context", were run at a1c14bb and earlier.)
@@ -32,12 +42,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from point_variance import run_point  # benchmarks/, this script's folder
 import workers.warmup_tables as warmup_tables
 from workers import bench
 from workers.bench import _spec, _warmed
+from workers.budget import survival
 from workers.config import EngineConfig
 from workers.engine import LLMEngine
 
@@ -104,11 +116,41 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.trim, engine.scheduler.schedule = trim_noting_mixed, schedule_as_if_cut
 
 
+def per_request_depths(scores: np.ndarray, base_s: float, row_s: float) -> np.ndarray:  # [B]
+    """Each request's depth d minimising (base_s + d row_s) / (1 + survival summed to d) over its drafts
+    (`scores` [B, K] survival, 0 beyond a request's drafts): its cost per token if it verified d every step."""
+    cum = np.concatenate([np.zeros((scores.shape[0], 1)), scores.cumsum(1)], axis=1)  # [B, K + 1]
+    depth = np.arange(scores.shape[1] + 1)
+    drafted = np.concatenate([np.ones((scores.shape[0], 1), bool), scores > 0], axis=1)
+    per_token = np.where(drafted, (base_s + depth * row_s) / (1.0 + cum), np.inf)
+    return per_token.argmin(1)
+
+
+def _after_trim(engine: LLMEngine, part: str) -> None:
+    """`capD` and `perrequest` (see the module's docstring): the trim runs as is, then its lengths are replaced."""
+    ada = engine.adaptive
+    trim = ada.trim
+
+    def trim_then_replace(proposal, plan) -> None:
+        drafted = proposal.num_drafts.clone()
+        trim(proposal, plan)  # also appends the n-gram history feature the estimate reads
+        if part.startswith("cap"):
+            proposal.num_drafts = proposal.num_drafts.clamp(max=int(part[3:]))
+        elif proposal.features is not None and plan.decodes and bool(drafted.any()):
+            scores = survival(ada.estimator.predict(proposal.features), drafted).double().numpy()
+            B = len(plan.decodes)
+            base_s = (ada.cost.lookup(B, B) + ada.overhead_s) / B
+            row_s = max((ada.cost.lookup(B, 2 * B) - ada.cost.lookup(B, B)) / B, 1e-9)
+            proposal.num_drafts = torch.minimum(torch.from_numpy(per_request_depths(scores, base_s, row_s)), drafted)
+
+    ada.trim = trim_then_replace
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--variant", required=True, choices=("noexplore", "wholeexplore", "alwaysreserve", "verifynone",
-                                                         "mixedverifynone", "mixedreserve", "oldrowprice",
-                                                         "oldtable"))
+    ap.add_argument("--variant", required=True, type=_variants,
+                    help="one or more of (comma-separated): " + ", ".join(PARTS) + ", capD (D drafts), perrequest")
+    ap.add_argument("--fixed", default="2,4,7", help="the fixed k run beside them")
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
     ap.add_argument("--concurrency", type=int, default=32)
@@ -116,15 +158,33 @@ def main() -> None:
     ap.add_argument("--tag", default="", help="put into the default JSON name")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    mode = f"{args.method}:7:adaptive#{args.variant}"
-    engine = _build(mode, args.variant)
-    _without(engine, args.variant)
-    bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, 0)  # run_bench takes this engine for the variant
+    modes = []
+    for part in args.variant:
+        mode = f"{args.method}:7:adaptive#{part}"
+        engine = _build(mode, part)
+        if part.startswith("cap") or part == "perrequest":
+            _after_trim(engine, part)
+        else:
+            _without(engine, part)
+        bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, 0)  # run_bench takes this engine for the variant
+        modes.append(mode)
     point = f"{args.method}_{args.workload}_c{args.concurrency}"
     tag = f"_{args.tag}" if args.tag else ""
-    out = Path(args.out or f"benchmarks/results/variant_ab_{args.variant}_{point}{tag}_cpu.json")
-    run_point(args.method, args.workload, args.concurrency, args.cycles, [2, 4, 7], 48, 2, out,
-              interleave=1, variants=(mode,))
+    out = Path(args.out or f"benchmarks/results/variant_ab_{'_'.join(args.variant)}_{point}{tag}_cpu.json")
+    run_point(args.method, args.workload, args.concurrency, args.cycles, [int(k) for k in args.fixed.split(",")], 48,
+              2, out, interleave=1, variants=tuple(modes))
+
+
+PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
+         "oldrowprice", "oldtable")
+
+
+def _variants(text: str) -> list[str]:
+    parts = text.split(",")
+    for p in parts:
+        if p not in PARTS and p != "perrequest" and not (p.startswith("cap") and p[3:].isdigit()):
+            raise argparse.ArgumentTypeError(f"unknown variant {p!r}")
+    return parts
 
 
 if __name__ == "__main__":
