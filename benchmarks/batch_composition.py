@@ -6,7 +6,7 @@ reference engine (tokens emitted per decoding step, between the first and the la
 and each engine reports the mean type of the requests in its decoding batch, step by step (the first quarter
 of its steps left out), with its own requests' speeds.
 
-    python benchmarks/batch_composition.py --method ngram --workload repetitive --concurrency 32 \
+    python benchmarks/batch_composition.py --workload repetitive --concurrency 32 \
         --modes ngram:2,ngram:7:adaptive,off --out benchmarks/results/batch_composition_ngram_repetitive_c32_cpu.json
 """
 from __future__ import annotations
@@ -53,7 +53,6 @@ def served(engine: LLMEngine, prompts: list[list[int]], concurrency: int, length
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="repetitive")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--modes", default="ngram:2,ngram:7:adaptive,off", help="the first is the reference")
@@ -68,8 +67,7 @@ def main() -> None:
         runs[mode] = served(engine, prompts, c, varied_lengths(3 * c, a.max_tokens, 0))
         print(f"{mode}: {runs[mode][0]:.1f} tok/s", flush=True)
     reference = runs[a.modes.split(",")[0]][2]
-    result = {"point": {"method": a.method, "workload": a.workload, "concurrency": c}, "reference": a.modes.split(",")[0],
-              "modes": {}}
+    result = {"point": {"workload": a.workload, "concurrency": c}, "reference": a.modes.split(",")[0], "modes": {}}
     for mode, (tps, batches, speed) in runs.items():
         kept = batches[len(batches) // 4:]
         types = [statistics.mean(reference[i] for i in b if i in reference) for b in kept if any(i in reference for i in b)]
