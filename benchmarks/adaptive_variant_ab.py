@@ -28,6 +28,9 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   cost per token, (b + d r) / (1 + its survival summed to d), b a plain step's seconds per request and r a
   verified row's (the table's step with one more row per request, over the plain one), whatever the others do
   (row blocks and the ragged cost are not priced).
+- `sustained`: not a part taken out but one put in (`AdaptiveVerifier.sustained_value`): the trim values each
+  request's tokens at its own cost per token, the same rule's, and takes the positions whose seconds saved
+  exceed the seconds they add to the step (workers/budget.py).
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -155,6 +158,8 @@ def main() -> None:
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--cycles", type=int, default=5)
+    ap.add_argument("--per-slot", type=int, default=2,
+                    help="requests per slot in the timed window (the grid's 2; more: closer to a steady state)")
     ap.add_argument("--tag", default="", help="put into the default JSON name")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -164,6 +169,8 @@ def main() -> None:
         engine = _build(mode, part)
         if part.startswith("cap") or part == "perrequest":
             _after_trim(engine, part)
+        elif part == "sustained":
+            engine.adaptive.sustained_value = True
         else:
             _without(engine, part)
         bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, 0)  # run_bench takes this engine for the variant
@@ -172,11 +179,11 @@ def main() -> None:
     tag = f"_{args.tag}" if args.tag else ""
     out = Path(args.out or f"benchmarks/results/variant_ab_{'_'.join(args.variant)}_{point}{tag}_cpu.json")
     run_point(args.method, args.workload, args.concurrency, args.cycles, [int(k) for k in args.fixed.split(",")], 48,
-              2, out, interleave=1, variants=tuple(modes))
+              args.per_slot, out, interleave=1, variants=tuple(modes))
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable")
+         "oldrowprice", "oldtable", "sustained")
 
 
 def _variants(text: str) -> list[str]:
