@@ -24,13 +24,15 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   repetitive c=32, where adaptive verified whole drafts of a few requests and none of most, this reads what the
   depth of those whole drafts cost in closed loop (docs/performance.md, "Why adaptive trails k=2 at n-gram
   repetitive c=32").
+- `rowsx2` (any `rowsxF`): the trim prices every verified row at F times the table's seconds: what the policy
+  would choose if rows cost that much more than the warm-up measured.
 - `perrequest`: a probe of the sustained-load rule: each request verifies the depth d that minimises its own
   cost per token, (b + d r) / (1 + its survival summed to d), b a plain step's seconds per request and r a
   verified row's (the table's step with one more row per request, over the plain one), whatever the others do
   (row blocks and the ragged cost are not priced).
-- `sustained`: not a part taken out but one put in (`AdaptiveVerifier.sustained_value`): the trim values each
-  request's tokens at its own cost per token, the same rule's, and takes the positions whose seconds saved
-  exceed the seconds they add to the step (workers/budget.py).
+- `uniformcap`: verifies what adaptive's trim chose, but at most the depth that every request verifying the same
+  count (at most its drafts) would pick for this step's tokens per second (at least 1): the depth a fixed-k
+  schedule would choose for this batch, as a cap on the trim's deeper choices.
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -50,9 +52,9 @@ import torch
 
 from point_variance import run_point  # benchmarks/, this script's folder
 import workers.warmup_tables as warmup_tables
-from workers import bench
+from workers import budget, bench
 from workers.bench import _spec, _warmed
-from workers.budget import survival
+from workers.budget import step_seconds, survival
 from workers.config import EngineConfig
 from workers.engine import LLMEngine
 
@@ -129,8 +131,38 @@ def per_request_depths(scores: np.ndarray, base_s: float, row_s: float) -> np.nd
     return per_token.argmin(1)
 
 
+def uniform_depth(scores: np.ndarray, drafted: np.ndarray, step_s: np.ndarray, base_emitted: float) -> int:
+    """The depth d every request would verify (at most its drafts) for the most tokens per second in this step:
+    `scores` [B, K] survival, `drafted` [B], `step_s` [>= sum(drafted) + 1] the step's seconds by rows taken."""
+    cum = np.concatenate([np.zeros((scores.shape[0], 1)), scores.cumsum(1)], axis=1)  # [B, K + 1]
+    depths = np.arange(scores.shape[1] + 1)
+    taken = np.minimum(depths[None, :], drafted[:, None])  # [B, K + 1]
+    tokens = base_emitted + np.take_along_axis(cum, taken, 1).sum(0)  # [K + 1]
+    return int((tokens / step_s[taken.sum(0)]).argmax())
+
+
+def _rows_priced(engine: LLMEngine, factor: float) -> None:
+    """`rowsxF`: the trim prices its verified rows at `factor` times the table's seconds (the ragged and group
+    costs as they are)."""
+    trim, plain = engine.adaptive.trim, budget.step_seconds
+
+    def scaled(*args, **kwargs) -> np.ndarray:
+        s = plain(*args, **kwargs)
+        return s[0] + factor * (s - s[0])
+
+    def trim_with_dearer_rows(proposal, plan) -> None:
+        budget.step_seconds = scaled
+        try:
+            trim(proposal, plan)
+        finally:
+            budget.step_seconds = plain
+
+    engine.adaptive.trim = trim_with_dearer_rows
+
+
 def _after_trim(engine: LLMEngine, part: str) -> None:
-    """`capD` and `perrequest` (see the module's docstring): the trim runs as is, then its lengths are replaced."""
+    """`capD`, `perrequest` and `uniformcap` (see the module's docstring): the trim runs as is, then its lengths
+    are replaced."""
     ada = engine.adaptive
     trim = ada.trim
 
@@ -139,6 +171,13 @@ def _after_trim(engine: LLMEngine, part: str) -> None:
         trim(proposal, plan)  # also appends the n-gram history feature the estimate reads
         if part.startswith("cap"):
             proposal.num_drafts = proposal.num_drafts.clamp(max=int(part[3:]))
+        elif part == "uniformcap" and proposal.features is not None and plan.decodes and bool(drafted.any()):
+            scores = survival(ada.estimator.predict(proposal.features), drafted).double().numpy()
+            B, prefill = len(plan.decodes), sum(c for _, c in plan.prefills)
+            requests, base_tokens = B + len(plan.prefills), B + prefill
+            step_s = step_seconds(ada.cost, requests, base_tokens, B, int(drafted.sum()), ada.overhead_s, prefill)
+            d = uniform_depth(scores, drafted.numpy(), step_s, ada._base_emitted(plan, base_tokens))
+            proposal.num_drafts = proposal.num_drafts.clamp(max=max(d, 1))
         elif proposal.features is not None and plan.decodes and bool(drafted.any()):
             scores = survival(ada.estimator.predict(proposal.features), drafted).double().numpy()
             B = len(plan.decodes)
@@ -167,10 +206,10 @@ def main() -> None:
     for part in args.variant:
         mode = f"{args.method}:7:adaptive#{part}"
         engine = _build(mode, part)
-        if part.startswith("cap") or part == "perrequest":
+        if part.startswith("cap") or part in ("perrequest", "uniformcap"):
             _after_trim(engine, part)
-        elif part == "sustained":
-            engine.adaptive.sustained_value = True
+        elif part.startswith("rowsx"):
+            _rows_priced(engine, float(part[5:]))
         else:
             _without(engine, part)
         bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, 0)  # run_bench takes this engine for the variant
@@ -183,13 +222,14 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "sustained")
+         "oldrowprice", "oldtable")
 
 
 def _variants(text: str) -> list[str]:
     parts = text.split(",")
     for p in parts:
-        if p not in PARTS and p != "perrequest" and not (p.startswith("cap") and p[3:].isdigit()):
+        if p not in PARTS and p not in ("perrequest", "uniformcap") and not (p.startswith("cap") and p[3:].isdigit()) \
+                and not (p.startswith("rowsx") and p[5:].replace(".", "", 1).isdigit()):
             raise argparse.ArgumentTypeError(f"unknown variant {p!r}")
     return parts
 

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from workers.budget import (choose_verify_lengths, drafting_cannot_pay, plan_verify_lengths, step_seconds,
-                            survival, sustained_token_value)
+from workers.budget import choose_verify_lengths, drafting_cannot_pay, plan_verify_lengths, step_seconds, survival
 from workers.cost_table import CostTable, GroupCostFit
 from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
 from workers.plan_calibration import PlanCalibration
@@ -140,8 +139,6 @@ class AdaptiveVerifier:
     # whole draft, as before (benchmarks/adaptive_variant_ab.py --variant wholeexplore)
     explore_in_open_block = True
     mixed_ragged = True  # the trim prices the ragged cost in steps that also prefill (budget.py); False for an A/B
-    # the trim values each request's tokens at what it would pay for them later (budget.sustained_token_value)
-    sustained_value = False
 
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
                  draft_cost: CostTable | None = None, calibrate: bool = False,
@@ -470,8 +467,7 @@ class AdaptiveVerifier:
             t = time.perf_counter()
             lengths = choose_verify_lengths(scores, self.cost, requests, base_tokens,
                                             self._base_emitted(plan, base_tokens), self.overhead_s,
-                                            prefill_tokens=prefill_tokens, mixed_ragged=self.mixed_ragged,
-                                            token_value_s=self._token_value_s(scores) if self.sustained_value else None)
+                                            prefill_tokens=prefill_tokens, mixed_ragged=self.mixed_ragged)
             self._search_s += TRIM_SEARCH_RATE * (time.perf_counter() - t - self._search_s)
         kept = torch.minimum(n, self._maybe_explore(lengths, n, plan))
         offered, verified = sum(depths), int(kept.sum())
@@ -484,14 +480,6 @@ class AdaptiveVerifier:
             self._planned = None
         proposal.num_drafts = kept
         self.verified_positions += verified
-
-    def _token_value_s(self, scores: torch.Tensor) -> np.ndarray:  # [B]
-        """`budget.sustained_token_value` of the decoding requests: a plain step's seconds per request and a
-        verified row's, both on the table's decode curve of B requests (a row's as the mean over K per request)."""
-        B, K = scores.shape
-        plain = self.cost.lookup(B, B)
-        row_s = (self.cost.lookup(B, B * (K + 1)) - plain) / (B * K)
-        return sustained_token_value(scores.double().numpy(), (plain + self.overhead_s) / B, row_s)
 
     def _rows_at_stake_s(self, requests: int, base_tokens: int, prefill_tokens: int, depths: list[int]) -> float:
         """The most the trim could save: the drafted rows' time, as decode rows next to a prefill (budget.py),

@@ -25,26 +25,11 @@ def survival(accept_prob: torch.Tensor, num_drafts: torch.Tensor) -> torch.Tenso
     return s * (torch.arange(K)[None, :] < num_drafts[:, None])
 
 
-def _ranked(flat: np.ndarray, K: int, key: np.ndarray | None = None) -> np.ndarray:
-    """Indices of the positive scores of a flattened [B, K], best first (by `key` if given: the scores scaled
-    by a positive factor per request); ties go to earlier positions, so any top-N is a prefix of every
-    request's drafts."""
-    key = (flat if key is None else key).astype(np.float64) - (np.arange(len(flat)) % K) * 1e-9
+def _ranked(flat: np.ndarray, K: int) -> np.ndarray:
+    """Indices of the positive scores of a flattened [B, K], best first; ties go to earlier positions, so
+    any top-N is a prefix of every request's drafts."""
+    key = flat.astype(np.float64) - (np.arange(len(flat)) % K) * 1e-9
     return np.argsort(-key, kind="stable")[: int((flat > 0).sum())]
-
-
-def sustained_token_value(scores: np.ndarray, base_s: float, row_s: float) -> np.ndarray:  # [B] seconds
-    """What a token emitted now saves each request when the load is sustained (every request that finishes is
-    replaced at once): the request then needs one token less later, emitted at its own cost per token,
-    min over depths d of (base_s + d row_s) / (1 + survival summed to d) (`scores` [B, K] survival, 0 beyond a
-    request's drafts; `base_s` a plain step's seconds per request, `row_s` a verified row's). A confident
-    request's tokens come cheap, so its deep positions save less than their survival says next to a doubtful
-    request's first position (docs/architecture.md, "Verify lengths under a sustained load")."""
-    cum = np.concatenate([np.zeros((scores.shape[0], 1)), scores.cumsum(1)], axis=1)  # [B, K + 1]
-    depth = np.arange(scores.shape[1] + 1)
-    drafted = np.concatenate([np.ones((scores.shape[0], 1), bool), scores > 0], axis=1)
-    per_token = np.where(drafted, (base_s + depth * max(row_s, 0.0)) / (1.0 + cum), np.inf)
-    return per_token.min(1)
 
 
 @dataclass(slots=True)
@@ -73,7 +58,6 @@ def plan_verify_lengths(
     spec_scale: float = 1.0,  # the same for steps that take some
     decode_rows_floor: bool = False,  # rows on the step's token curve cost at least what they do as decode rows
     mixed_ragged: bool = True,  # a mixed step's verified rows pay the ragged cost too (False: as before 2026-12-05)
-    token_value_s: np.ndarray | None = None,  # [B] seconds a token of each request saves (verify choice only)
 ) -> VerifyPlan:
     """With `prefill_tokens` > 0 (a mixed step), verified rows are priced as rows of the B decoding requests
     alone (their marginal on the table's decode curve), plus the ragged cost of B requests as in a pure decode
@@ -110,13 +94,7 @@ def plan_verify_lengths(
     the requests whose catch-up is above each quartile of the batch's, and the best of all wins.
 
     The two scales are the caller's calibration of this time model against the steps it chose (see
-    workers/plan_calibration.py); the plan returned reports its unscaled time.
-
-    With `token_value_s` (the verify choice: no drafting priced), positions are ranked by survival times their
-    request's token value and the choice maximises the seconds the taken positions save (survival x value,
-    summed) minus the seconds they add to the step, instead of the step's tokens per second: under a sustained
-    load a token is worth what its own request would pay for it later (`sustained_token_value`), not the
-    step's average. For a batch of like requests the two choices agree."""
+    workers/plan_calibration.py); the plan returned reports its unscaled time."""
     B, K = scores.shape
     if B == 0 or K == 0:
         return VerifyPlan(torch.zeros(B, dtype=torch.long), 0.0)
@@ -126,9 +104,7 @@ def plan_verify_lengths(
     # numpy inside: the arrays are tiny, and each torch op costs several microseconds more (the policy ran
     # ~1 ms per step at c=2, 2% of a 50 ms step)
     flat = scores.detach().cpu().numpy().astype(np.float64).ravel()
-    valued = token_value_s is not None and draft_step_s == 0 and request_s is None
-    value = np.repeat(np.asarray(token_value_s, dtype=np.float64), K) if valued else None  # [B * K]
-    order = _ranked(flat, K, flat * value if valued else None)  # [n] every candidate position, best first
+    order = _ranked(flat, K)  # [n] every candidate position, best first
     n = len(order)
     step_s = step_seconds(cost, num_requests, base_tokens, B, n, fixed_s, prefill_tokens, decode_rows_floor)
     least_own = max(float(request_s.min()), 0.0) if request_s is not None else 0.0
@@ -159,15 +135,9 @@ def plan_verify_lengths(
         seconds = seconds + draft_step_s * deepest + draft_host_s
     if own is not None:  # a request's first position (ranked before its others) pays its catch-up
         seconds = seconds + (own * (order % K == 0) * take).cumsum(-1)
-    if valued:  # seconds saved minus seconds added; 0 for taking nothing
-        saved = (flat[order] * value[order] * take).cumsum(-1)
-        rate = np.where(take, saved - (seconds * spec_scale - step_s[0] * plain_scale), -np.inf).reshape(-1, n)
-        floor = 0.0
-    else:
-        rate = np.where(take, tokens / np.maximum(seconds * spec_scale, 1e-12), -1.0).reshape(-1, n)  # [L * C, n]
-        floor = base_emitted / (step_s[0] * plain_scale)
+    rate = np.where(take, tokens / np.maximum(seconds * spec_scale, 1e-12), -1.0).reshape(-1, n)  # [L * C, n]
     best = int(rate.argmax())
-    if rate.flat[best] <= floor:
+    if rate.flat[best] <= base_emitted / (step_s[0] * plain_scale):
         return VerifyPlan(torch.zeros(B, dtype=torch.long), float(step_s[0]))
     row, last = divmod(best, n)
     taken = order[: last + 1][take.reshape(-1, n)[row, : last + 1]]

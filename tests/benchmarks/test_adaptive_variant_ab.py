@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from adaptive_variant_ab import _variants, per_request_depths  # noqa: E402
+from adaptive_variant_ab import _variants, per_request_depths, uniform_depth  # noqa: E402
 
 
 def test_each_request_verifies_the_depth_of_its_least_cost_per_token():
@@ -24,7 +24,21 @@ def test_each_request_verifies_the_depth_of_its_least_cost_per_token():
     assert per_request_depths(short, 3.4e-3, 1e-3).tolist() == [3]
 
 
+def test_uniform_depth_is_the_fixed_k_a_batch_would_pick_this_step():
+    """Two requests, one drafted 3 deep (survival 0.9, 0.8, 0.6), one 1 deep (0.5); a plain step 10 ms, a row
+    `row_ms`: cheap rows take every depth (4.8 tokens at 14 ms), dear rows none, and at 3 ms a row depth 2
+    (4.2 tokens at 19 ms, 221 tok/s, against depth 3's 4.8 at 22 ms, 218, and no draft's 2 at 10, 200)."""
+    scores = np.array([[0.9, 0.8, 0.6], [0.5, 0.0, 0.0]])
+    drafted = np.array([3, 1])
+    for row_ms, depth in ((0.1, 3), (3.0, 2), (20.0, 0)):
+        step_s = 0.010 + row_ms * 1e-3 * np.arange(5)
+        assert uniform_depth(scores, drafted, step_s, 2.0) == depth
+
+
 def test_variants_are_parsed_from_a_comma_list():
     assert _variants("cap2,perrequest,noexplore") == ["cap2", "perrequest", "noexplore"]
+    assert _variants("uniformcap,rowsx2,rowsx1.5") == ["uniformcap", "rowsx2", "rowsx1.5"]
     with pytest.raises(argparse.ArgumentTypeError):
         _variants("cap,x")
+    with pytest.raises(argparse.ArgumentTypeError):
+        _variants("rowsx")

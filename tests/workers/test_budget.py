@@ -3,8 +3,7 @@ import time
 import numpy as np
 import torch
 
-from workers.budget import (_ranked, allocate_capacity, choose_verify_lengths, plan_verify_lengths, survival,
-                            sustained_token_value)
+from workers.budget import _ranked, allocate_capacity, choose_verify_lengths, plan_verify_lengths, survival
 from workers.cost_table import LEVEL_SHARE, CostTable, GroupCostFit, extra_groups
 
 PROFILE = [0.437, 0.503, 0.541, 0.571, 0.632, 0.628, 0.593]  # seed-notes conditional acceptance, k=7
@@ -36,39 +35,6 @@ def test_confident_request_gets_more_positions_and_selection_is_a_prefix():
     chosen = scores >= scores.flatten().sort(descending=True).values[lengths.sum() - 1]
     for b in range(2):  # the positions taken are the first lengths[b] of each row
         assert chosen[b, : lengths[b]].all()
-
-
-def _valued(scores: torch.Tensor, table: CostTable) -> list[int]:
-    """The verify choice with each request's tokens valued as AdaptiveVerifier._token_value_s values them."""
-    B, K = scores.shape
-    plain = table.lookup(B, B)
-    value = sustained_token_value(scores.double().numpy(), plain / B, (table.lookup(B, B * (K + 1)) - plain) / (B * K))
-    return choose_verify_lengths(scores, table, B, B, float(B), token_value_s=value).tolist()
-
-
-def test_a_token_is_worth_its_own_requests_cost_per_token():
-    s = survival(torch.tensor([[0.95] * 4, [0.5] * 4, [0.0] * 4]), torch.tensor([4, 4, 0]))
-    value = sustained_token_value(s.double().numpy(), base_s=0.004, row_s=0.001)
-    assert value[2] == 0.004  # no draft: a plain step's seconds per request
-    assert value[0] < value[1] < value[2]
-    assert abs(value[1] - min(0.004, 0.005 / 1.5, 0.006 / 1.75)) < 1e-12  # depth 1: (4 + 1) ms / 1.5 tokens
-
-
-def test_like_requests_get_the_same_choice_valued_or_not():
-    scores = survival(torch.tensor([[0.8, 0.7, 0.6, 0.5, 0.4, 0.3]] * 16), torch.full((16,), 6))
-    for per_token in (5e-4, 1.5e-3, 4e-3):
-        table = _table(per_token, fixed_s=0.03)
-        assert _valued(scores, table) == choose_verify_lengths(scores, table, 16, 16, 16.0).tolist()
-
-
-def test_valued_choice_gives_a_doubtful_request_its_first_position_beside_confident_ones():
-    """Ranked against the step's average rate, which the confident requests' deep positions raise, a
-    doubtful request's first position looks too dear; valued at its own request's cost per token it pays."""
-    probs = torch.tensor([[0.95] * 6] * 4 + [[0.6] * 6] * 12)
-    scores = survival(probs, torch.full((16,), 6))
-    table = _table(1.5e-3, fixed_s=0.03)
-    assert choose_verify_lengths(scores, table, 16, 16, 16.0).tolist() == [6] * 4 + [0] * 12
-    assert _valued(scores, table) == [6] * 4 + [1] * 12
 
 
 def test_policy_under_1ms_for_256_requests_by_8_positions():
