@@ -191,7 +191,8 @@ def _after_trim(engine: LLMEngine, part: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", required=True, type=_variants,
-                    help="one or more of (comma-separated): " + ", ".join(PARTS) + ", capD (D drafts), perrequest")
+                    help="one or more of (comma-separated): " + ", ".join(PARTS)
+                    + ", capD (D drafts), perrequest, uniformcap, rowsxF (F x row price)")
     ap.add_argument("--fixed", default="2,4,7", help="the fixed k run beside them")
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
