@@ -24,6 +24,8 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   repetitive c=32, where adaptive verified whole drafts of a few requests and none of most, this reads what the
   depth of those whole drafts cost in closed loop (docs/performance.md, "Why adaptive trails k=2 at n-gram
   repetitive c=32").
+- `cap3mixed`, `cap3pure` (any `capDmixed`, `capDpure`): the cap in steps that also prefill only, or in pure
+  decode steps only.
 - `rowsx2` (any `rowsxF`): the trim prices every verified row at F times the table's seconds: what the policy
   would choose if rows cost that much more than the warm-up measured.
 - `perrequest`: a probe of the sustained-load rule: each request verifies the depth d that minimises its own
@@ -45,6 +47,7 @@ policy: its results in docs/performance.md, "The split by context", were run at 
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import numpy as np
@@ -170,7 +173,9 @@ def _after_trim(engine: LLMEngine, part: str) -> None:
         drafted = proposal.num_drafts.clone()
         trim(proposal, plan)  # also appends the n-gram history feature the estimate reads
         if part.startswith("cap"):
-            proposal.num_drafts = proposal.num_drafts.clamp(max=int(part[3:]))
+            depth, where = re.fullmatch(r"cap(\d+)(mixed|pure)?", part).groups()
+            if where is None or (where == "mixed") == bool(plan.prefills):
+                proposal.num_drafts = proposal.num_drafts.clamp(max=int(depth))
         elif part == "uniformcap" and proposal.features is not None and plan.decodes and bool(drafted.any()):
             scores = survival(ada.estimator.predict(proposal.features), drafted).double().numpy()
             B, prefill = len(plan.decodes), sum(c for _, c in plan.prefills)
@@ -192,7 +197,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", required=True, type=_variants,
                     help="one or more of (comma-separated): " + ", ".join(PARTS)
-                    + ", capD (D drafts), perrequest, uniformcap, rowsxF (F x row price)")
+                    + ", capD (D drafts; capDmixed, capDpure), perrequest, uniformcap, rowsxF (F x row price)")
     ap.add_argument("--fixed", default="2,4,7", help="the fixed k run beside them")
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
@@ -229,7 +234,7 @@ PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverif
 def _variants(text: str) -> list[str]:
     parts = text.split(",")
     for p in parts:
-        if p not in PARTS and p not in ("perrequest", "uniformcap") and not (p.startswith("cap") and p[3:].isdigit()) \
+        if p not in PARTS and p not in ("perrequest", "uniformcap") and not re.fullmatch(r"cap\d+(mixed|pure)?", p) \
                 and not (p.startswith("rowsx") and p[5:].replace(".", "", 1).isdigit()):
             raise argparse.ArgumentTypeError(f"unknown variant {p!r}")
     return parts

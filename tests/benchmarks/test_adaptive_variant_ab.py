@@ -38,7 +38,9 @@ def test_uniform_depth_is_the_fixed_k_a_batch_would_pick_this_step():
 def test_variants_are_parsed_from_a_comma_list():
     assert _variants("cap2,perrequest,noexplore") == ["cap2", "perrequest", "noexplore"]
     assert _variants("uniformcap,rowsx2,rowsx1.5") == ["uniformcap", "rowsx2", "rowsx1.5"]
+    assert _variants("cap3mixed,cap3pure") == ["cap3mixed", "cap3pure"]
     with pytest.raises(argparse.ArgumentTypeError):
         _variants("cap,x")
-    with pytest.raises(argparse.ArgumentTypeError):
-        _variants("rowsx")
+    for bad in ("rowsx", "cap3both"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _variants(bad)
