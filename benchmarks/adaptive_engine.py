@@ -136,7 +136,8 @@ def markdown_tables(data: dict) -> str:
     return "\n".join(out)
 
 
-SETTINGS = ("modes", "repeat", "max_tokens", "sustained", "min_requests", "per_slot", "interleave", "machine")
+SETTINGS = ("modes", "repeat", "max_tokens", "sustained", "min_requests", "per_slot", "interleave", "fresh_prompts",
+            "machine")
 
 
 def machine() -> dict:
@@ -211,6 +212,8 @@ def main() -> None:
     ap.add_argument("--min-requests", type=int, default=16, help="... and at least this many")
     ap.add_argument("--interleave", type=int, nargs="?", const=1, default=0, metavar="STEPS",
                     help="run a repeat's configurations together, step by step in turn (workers/closed_loop.py)")
+    ap.add_argument("--fresh-prompts", action="store_true",
+                    help="each repeat of a point its own prompt sample (seed + repeat; workers/bench.py run_bench)")
     ap.add_argument("--out", default="benchmarks/results/adaptive_engine_cpu.json")
     ap.add_argument("--tables", metavar="JSON", help="only print the markdown tables of an earlier run")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
@@ -233,10 +236,11 @@ def main() -> None:
         rows = run_bench(["sharegpt", "repetitive"], [int(c) for c in args.concurrency.split(",")], MODES, 7,
                          args.max_tokens, [], args.per_slot, 0, "auto", None, repeat=args.repeat,
                          kv_cache_memory_gb=0.5,
-                         sustained=not args.drained, min_requests=args.min_requests, interleave=args.interleave)
+                         sustained=not args.drained, min_requests=args.min_requests, interleave=args.interleave,
+                         fresh_prompts=args.fresh_prompts)
         settings = {"modes": MODES, "repeat": args.repeat, "max_tokens": args.max_tokens,
                     "sustained": not args.drained, "min_requests": args.min_requests, "per_slot": args.per_slot,
-                    "interleave": args.interleave, "machine": machine()}
+                    "interleave": args.interleave, "fresh_prompts": args.fresh_prompts, "machine": machine()}
         data = [r.__dict__ for r in rows]
     summary = summarise(data)
     Path(args.out).write_text(json.dumps({**settings, "summary": summary, "rows": data}, indent=1))

@@ -205,6 +205,8 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=5)
     ap.add_argument("--per-slot", type=int, default=2,
                     help="requests per slot in the timed window (the grid's 2; more: closer to a steady state)")
+    ap.add_argument("--fresh-prompts", action="store_true",
+                    help="each cycle its own prompt sample (benchmarks/point_variance.py)")
     ap.add_argument("--tag", default="", help="put into the default JSON name")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -224,7 +226,7 @@ def main() -> None:
     tag = f"_{args.tag}" if args.tag else ""
     out = Path(args.out or f"benchmarks/results/variant_ab_{'_'.join(args.variant)}_{point}{tag}_cpu.json")
     run_point(args.method, args.workload, args.concurrency, args.cycles, [int(k) for k in args.fixed.split(",")], 48,
-              args.per_slot, out, interleave=1, variants=tuple(modes))
+              args.per_slot, out, interleave=1, variants=tuple(modes), fresh_prompts=args.fresh_prompts)
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",

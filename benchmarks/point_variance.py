@@ -14,6 +14,9 @@ tokens/s and of adaptive / max(no spec, best fixed k) per cycle, and what a grid
 `--interleave`: a cycle's configurations run together, step by step in turn, each timed by its own steps
 (workers/closed_loop.py), so drift within a cycle falls on all of them alike.
 
+`--fresh-prompts`: cycle i serves its own sample of prompts and output lengths (seed i; cycle 0 the grid's),
+so the cycles' spread includes which prompts a window holds (workers/bench.py, `run_bench`).
+
 `--placebo K`: a second engine of fixed k=K runs in every cycle and is read exactly as adaptive is, against
 max(no spec, every fixed k) with its twin among them. Where several configurations are within noise of each
 other, the max of their noisy samples is biased up, so even an engine identical to the best one reads below
@@ -106,6 +109,7 @@ def main() -> None:
                     help="run a cycle's configurations together, step by step in turn (workers/closed_loop.py)")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--per-slot", type=int, default=2)
+    ap.add_argument("--fresh-prompts", action="store_true", help="each cycle its own prompt sample (see above)")
     ap.add_argument("--grid-repeat", type=int, default=GRID_REPEAT,
                     help="cycles per grid point in the 'grid point' figures (the grid's --repeat)")
     ap.add_argument("--out", default=None, help="JSON (default benchmarks/results/point_variance_<point>_cpu.json)")
@@ -130,20 +134,22 @@ def main() -> None:
         tag = f"_{args.tag}" if args.tag else ""
         run_point(method, workload, c, args.cycles, [int(k) for k in args.fixed.split(",")], args.max_tokens,
                   args.per_slot, Path(out or f"benchmarks/results/point_variance_{method}_{workload}_c{c}{tag}_cpu.json"),
-                  args.placebo, args.interleave, args.grid_repeat, tuple(args.variant))
+                  args.placebo, args.interleave, args.grid_repeat, tuple(args.variant), args.fresh_prompts)
 
 
 def run_point(method: str, workload: str, c: int, cycles: int, fixed: list[int], max_tokens: int, per_slot: int,
               out: Path, placebo_k: int | None = None, interleave: int = 0, grid_repeat: int = GRID_REPEAT,
-              variants: tuple[str, ...] = ()) -> None:
+              variants: tuple[str, ...] = (), fresh_prompts: bool = False) -> None:
     adaptive = f"{method}:7:adaptive"
     placebo = f"{method}:{placebo_k}#placebo" if placebo_k else None
     modes = ["off"] + [f"{method}:{k}" for k in fixed] + [adaptive] + ([placebo] if placebo else []) + list(variants)
     rows = run_bench([workload], [c], modes, 7, max_tokens, [], per_slot, 0, "auto", None, repeat=cycles,
-                     kv_cache_memory_gb=0.5, sustained=True, min_requests=8, interleave=interleave)
+                     kv_cache_memory_gb=0.5, sustained=True, min_requests=8, interleave=interleave,
+                     fresh_prompts=fresh_prompts)
     samples = {m: r.samples_tokens_per_s for m, r in zip(modes, rows)}
     result = {"point": {"method": method, "workload": workload, "concurrency": c}, "cycles": cycles,
-              "interleave": interleave, "max_tokens": max_tokens, "per_slot": per_slot, "samples_tokens_per_s": samples,
+              "interleave": interleave, "max_tokens": max_tokens, "per_slot": per_slot, "fresh_prompts": fresh_prompts,
+              "samples_tokens_per_s": samples,
               **analyse(samples, adaptive, placebo, grid_repeat, variants)}
     out.write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "samples_tokens_per_s"}, indent=1), flush=True)

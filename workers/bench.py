@@ -86,6 +86,13 @@ def varied_lengths(count: int, mean: int, seed: int) -> list[int]:
     return [rng.randint(max(1, round(mean / 3)), round(5 * mean / 3)) for _ in range(count)]
 
 
+def point_sample(engine: LLMEngine, workload: str, count: int, max_tokens: int, seed: int,
+                 sustained: bool) -> tuple[list[list[int]], int | list[int]]:
+    """A point's prompts (as chat prompts of `engine`) and output lengths: varied per prompt when sustained."""
+    prompts = [engine.encode_prompt(t, chat=True) for t in workload_prompts(workload, count, seed)]
+    return prompts, varied_lengths(count, max_tokens, seed) if sustained else max_tokens
+
+
 def run_ours(engine: LLMEngine, prompts: list[list[int]], concurrency: int, max_tokens: int | list[int],
              stop_after_tokens: int | None = None, admit: int | None = None, untimed: int = 0,
              on_clock_start: Callable[[], None] | None = None) -> dict:
@@ -130,16 +137,20 @@ def _spec(mode: str, default_k: int) -> SpecConfig:
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None,
               repeat: int = 1, kv_cache_memory_gb: float = 1.0, sustained: bool = False,
-              min_requests: int = 4, interleave: int = 0) -> list[BenchRow]:
+              min_requests: int = 4, interleave: int = 0, fresh_prompts: bool = False) -> list[BenchRow]:
     """Every configuration `repeat` times (drained or sustained: see the module doc) over
     max(`prompts_per_slot` x c, `min_requests`) requests per point. The repeats of one (workload, concurrency)
     point run back to back, each cycling through all configurations, so a slow period of this noisy machine
     hits every configuration of the point alike; each row reports the median tokens/s and keeps every
     sample. With `interleave` = n > 0, the configurations of a repeat run together, n steps each in turn, each
     timed by its own steps (workers/closed_loop.py): drift within a repeat then falls on all of them alike too;
-    latencies are not reported."""
+    latencies are not reported. With `fresh_prompts`, repeat r serves its own sample of prompts and output
+    lengths (seed + r; repeat 0 the same as without): a window of a few dozen requests reads which requests
+    it holds (n-gram, repetitive, c=32: windows of 32 requests scatter 0.93-1.08 in adaptive / k=2, the same
+    in every repeat of one sample; docs/performance.md, "How many prompts a point needs"), so repeats of
+    one sample cannot average that out and repeats of fresh samples do."""
     runs = _run_plan(workloads, concurrencies, modes, k, max_tokens, peers, prompts_per_slot, seed, dtype, repeat,
-                     kv_cache_memory_gb, sustained, min_requests, interleave)
+                     kv_cache_memory_gb, sustained, min_requests, interleave, fresh_prompts)
     rows = []
     for group in zip(*runs):
         samples = [g.output_tokens_per_s for g in group]
@@ -148,7 +159,7 @@ def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], 
         rows.append(BenchRow(**{**asdict(med), "output_tokens_per_s": statistics.median(samples),
                                 "samples_tokens_per_s": [round(x, 2) for x in samples]}))
     if out is not None:
-        _write(out, rows, max_tokens, seed, dtype, repeat, sustained)
+        _write(out, rows, max_tokens, seed, dtype, repeat, sustained, fresh_prompts)
     return rows
 
 
@@ -172,7 +183,7 @@ _HF: dict[str, object] = {}
 def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, repeat: int,
               kv_cache_memory_gb: float = 1.0, sustained: bool = False, min_requests: int = 4,
-              interleave: int = 0) -> list[list[BenchRow]]:
+              interleave: int = 0, fresh_prompts: bool = False) -> list[list[BenchRow]]:
     from transformers import AutoModelForCausalLM
 
     engines = {m: _ENGINES.get((m, k, dtype)) or _ENGINES.setdefault(
@@ -196,9 +207,10 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
         for w, c in plan:
             n = max(prompts_per_slot * c, min_requests)
             warm, count = sustained_plan(c, n) if sustained else (0, n)
-            prompts = [any_engine.encode_prompt(t, chat=True) for t in workload_prompts(w, count, seed)]
-            lengths = varied_lengths(count, max_tokens, seed) if sustained else max_tokens
             for rep in range(repeat):
+                if rep == 0 or fresh_prompts:
+                    prompts, lengths = point_sample(any_engine, w, count, max_tokens, seed + rep if fresh_prompts
+                                                    else seed, sustained)
                 rows = runs[rep]
                 loops = {}
                 for m, eng in engines.items():
@@ -236,11 +248,12 @@ def _run_peer(p: str, rows: list[BenchRow], hf, tok, prompts, w: str, c: int, k:
 
 
 def _write(out: Path, rows: list[BenchRow], max_tokens: int, seed: int, dtype: str, repeat: int,
-           sustained: bool = False) -> None:
+           sustained: bool = False, fresh_prompts: bool = False) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"dtype": str(next(iter(_ENGINES.values())).model.dtype), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "machine": platform.machine(), "max_tokens": max_tokens, "seed": seed,
             "repeat": repeat, "statistic": "median tokens/s over repeats", "sustained": sustained,
+            "fresh_prompts": fresh_prompts,
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     out.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
 

@@ -22,7 +22,7 @@ def rows(c: int, adaptive: float) -> list[dict]:
 
 def test_parts_merge_into_one_grid():
     settings, data = merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "rows": rows(16, 105.0)}])
-    assert settings == {**SETTINGS, "interleave": False, "machine": False}  # runs from before the options
+    assert settings == {**SETTINGS, "interleave": False, "fresh_prompts": False, "machine": False}  # runs before the options
     summary = {s["concurrency"]: s["adaptive_vs_best"] for s in summarise(data)}
     assert summary == {1: pytest.approx(0.99), 16: pytest.approx(1.05)}
 

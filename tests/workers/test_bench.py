@@ -74,3 +74,26 @@ def test_a_mode_suffix_names_another_engine_of_the_same_configuration():
     assert _spec("ngram:7#copy", 4) == _spec("ngram:7", 4)
     assert _spec("ngram:7:adaptive#2", 4).verify == "adaptive"
     assert _spec("off#placebo", 4).method == "off"
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_fresh_prompts_give_each_repeat_its_own_sample(tiny_full_vocab, monkeypatch, fresh):
+    """Repeats of one point serve the same prompts, or with `fresh_prompts` each its own (seed + repeat; the
+    first repeat the same as without)."""
+    from functools import partial
+
+    from workers import bench
+
+    monkeypatch.setattr(bench, "_ENGINES", {})
+    monkeypatch.setattr(bench, "EngineConfig", partial(bench.EngineConfig, model=str(tiny_full_vocab)))
+    served = []
+    run = bench.run_ours
+    monkeypatch.setattr(bench, "run_ours", lambda e, prompts, *a, **kw: served.append(prompts) or run(e, prompts, *a, **kw))
+    runs = bench._run_plan(["repetitive"], [2], ["off"], 7, 4, [], 2, 0, "float32", 2, 0.05, sustained=True,
+                           min_requests=4, fresh_prompts=fresh)
+    timed = [p for p in served if len(p) == 6]  # the runs of the point (2 + 4 prompts), not the 2-prompt warm-ups
+    assert len(runs) == 2 and len(timed) == 2
+    assert (timed[0] != timed[1]) == fresh
+    engine = next(iter(bench._ENGINES.values()))
+    assert timed[0] == bench.point_sample(engine, "repetitive", 6, 4, 0, True)[0]
+    assert timed[1] == bench.point_sample(engine, "repetitive", 6, 4, 1 if fresh else 0, True)[0]
