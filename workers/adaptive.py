@@ -18,6 +18,7 @@ from workers.budget import choose_verify_lengths, drafting_cannot_pay, plan_veri
 from workers.cost_table import CostTable, GroupCostFit
 from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
 from workers.plan_calibration import PlanCalibration
+from workers.step_outliers import OutlierGuard
 from workers.warmup_tables import CATCH_UP_ROWS, warm_up_tables
 
 if TYPE_CHECKING:
@@ -183,6 +184,7 @@ class AdaptiveVerifier:
         self._step_times: dict[tuple[int, int], list[float]] = {}  # (requests, tokens) -> [seconds summed, steps]
         self._step_times_n = 0
         self._groups = GroupCostFit()  # the cost of query-length groups beyond two (cost.group_s)
+        self._outliers = OutlierGuard()  # steps too slow to learn the cost model from
         self._level: dict[int, float] = {}  # row -> recent uniform forward / table ("Ragged steps" above)
         self.calibration = PlanCalibration()  # the depth plan's predictions against the steps it chose
         self._planned: tuple[int, float, torch.Tensor] | None = None  # a pure decode step that drafts:
@@ -576,15 +578,17 @@ class AdaptiveVerifier:
             planned_row, predicted_s = self._planned_drafting
             self.mixed_calibration.observe_drafting(planned_row, draft_s, predicted_s)
         self._planned = self._planned_drafting = None
-        if pure_decode and ragged_extra > 0:  # refreshes the ragged cost, not the uniform cells (uniform steps do)
-            uniform_s = table_s * self._level.get(row, 1.0)  # a uniform step run now ("Ragged steps" above)
-            ragged_s = float(self.cost.ragged_array(requests, ragged_extra))
+        uniform_s = table_s * self._level.get(row, 1.0)  # a uniform step run now ("Ragged steps" above)
+        ragged_s = float(self.cost.ragged_array(requests, ragged_extra)) if pure_decode and ragged_extra > 0 else 0.0
+        # not from a step far slower than predicted: a disturbed machine, not the step's shape (step_outliers.py)
+        learns = pure_decode and self._outliers.admits(forward_s, uniform_s + ragged_s + self.cost.group_s * extra_groups)
+        if learns and ragged_extra > 0:  # refreshes the ragged cost, not the uniform cells (uniform steps do)
             fitted = self._groups.observe(extra_groups, forward_s - uniform_s - ragged_s)
             if fitted is not None:
                 self.cost.group_s = fitted
             group_s = self.cost.group_s * extra_groups
             self.cost.observe_ragged(requests, ragged_extra, forward_s - uniform_s - group_s)
-        elif pure_decode:
+        elif learns:
             self._observe_level(row, forward_s, table_s)
             self._observe_target(requests, tokens, forward_s)
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
@@ -620,7 +624,8 @@ class AdaptiveVerifier:
                 "probe_draft_s": round(self.probe_draft_s, 4),
                 "probe_forward_over_s": round(self.probe_forward_over_s, 4),
                 "probe_share": round(probe_s / self.observed_s, 5) if self.observed_s else 0.0,
-                "idle_plans_held": self.idle_plans_held, "idle_plans_bounded": self.idle_plans_bounded}
+                "idle_plans_held": self.idle_plans_held, "idle_plans_bounded": self.idle_plans_bounded,
+                "outlier_steps": self._outliers.rejected}
 
     @property
     def draft_host_s(self) -> float:

@@ -16,6 +16,7 @@ from workers.cost_table import CostTable
 from workers.estimators import LogisticEstimator, NgramEstimator
 from workers.plan_calibration import CALIBRATION_MIN_STEPS, GAIN_BOUNDS
 from workers.scheduler import ScheduledStep
+from workers.step_outliers import OutlierGuard
 
 @dataclass
 class _Req:
@@ -440,14 +441,17 @@ def test_a_ragged_step_refreshes_the_ragged_cost_and_leaves_the_uniform_cells():
 
 
 def test_a_ragged_step_in_a_slow_stretch_leaves_the_gap_to_the_uniform_cells():
-    """Every pure step runs 2x the table (the machine slowed; the table's refresh lags by up to OBSERVE_BATCH
-    steps): a ragged step then costs 2x its uniform lookup plus 2x its ragged cost. Read against the lookup
-    alone, the whole gap (~50 ms) went into the ragged cost, which no uniform step brings back; read against
+    """Every pure step runs 2x the table (the machine slowed, and stays slow past the outlier guard's burst; the
+    table's refresh lags by up to OBSERVE_BATCH steps): a ragged step then costs 2x its uniform lookup plus 2x
+    its ragged cost. Read against the lookup alone, the whole gap (~50 ms) went into the ragged cost, which no uniform step brings back; read against
     a uniform step run now, the ragged cost moves only by its own share (2x 8 ms)."""
     table = CostTable({(4, 4): 0.040, (4, 8): 0.050}, ragged={(4, 1): 0.006, (4, 7): 0.012})
     av = AdaptiveVerifier(table, NgramEstimator(7))
-    for _ in range(OBSERVE_BATCH - 1):  # no table refresh yet: the lookup still reads the warm-up
+    # the first 5 read as a disturbance (workers/step_outliers.py); then no table refresh yet: the lookup still
+    # reads the warm-up
+    for _ in range(5 + OBSERVE_BATCH - 1):
         av.observe_step(0.1, 2 * table.lookup(4, 4), 0.0, 4, 4, True)
+    assert av.stats(1)["outlier_steps"] == 5
     ragged, uniform = float(table.ragged_array(4, 3)), table.lookup(4, 7)
     av.observe_step(0.2, 2 * (uniform + ragged), 0.0, 4, 7, True, ragged_extra=3)
     assert abs(table.lookup(4, 7) - uniform) < 1e-9  # the uniform cells are left to uniform steps
@@ -469,6 +473,33 @@ def test_ragged_steps_with_more_query_lengths_teach_the_group_cost_and_leave_the
         av.observe_step(0.1, base + 0.003 * groups, 0.0, 4, 7, True, ragged_extra=3, extra_groups=groups)
     assert abs(table.group_s - 0.003) < 2e-4  # the first steps, before the fit, moved the cells a little
     assert abs(table.lookup(4, 7) + float(table.ragged_array(4, 3)) - base) < 5e-4  # not the mean 3 ms
+
+
+def test_a_step_far_slower_than_predicted_teaches_the_cost_model_nothing():
+    """Ragged steps at 10x their price (another process took the cores) leave the ragged cells, the group fit
+    and the level where they were, and are counted; once most recent pure steps are that slow, they count
+    again (the machine has changed)."""
+    table = CostTable({(4, 4): 0.040, (4, 8): 0.050}, ragged={(4, 1): 0.006, (4, 7): 0.012})
+    av = AdaptiveVerifier(table, NgramEstimator(7))
+    base = table.lookup(4, 7) + float(table.ragged_array(4, 3))
+    for i in range(30):  # the group fit learns 3 ms a group from normal steps
+        av.observe_step(0.1, base + 0.003 * (i % 3), 0.0, 4, 7, True, ragged_extra=3, extra_groups=i % 3)
+    ragged, group, level = float(table.ragged_array(4, 3)), table.group_s, dict(av._level)
+    for _ in range(5):  # a burst: 1 - (7/8)^5 = 0.49 of the recent steps
+        av.observe_step(1.0, 10 * base, 0.0, 4, 7, True, ragged_extra=3, extra_groups=2)
+    assert (float(table.ragged_array(4, 3)), table.group_s, av._level) == (ragged, group, level)
+    assert av.stats(100)["outlier_steps"] == 5
+    av.observe_step(1.0, 10 * base, 0.0, 4, 7, True, ragged_extra=3, extra_groups=2)  # the 6th: learned
+    assert float(table.ragged_array(4, 3)) > ragged and av.stats(100)["outlier_steps"] == 5
+
+
+def test_slow_steps_are_learned_once_they_are_most_of_the_recent_ones():
+    guard = OutlierGuard()  # 1.5x the prediction is slow; a running share at 1/8 a step
+    assert guard.admits(0.14, 0.1)
+    assert [guard.admits(0.16, 0.1) for _ in range(6)] == [False] * 5 + [True]  # share 0.49, then 0.55
+    assert all(guard.admits(0.1, 0.1) for _ in range(10))  # the share decays to 0.15
+    assert not guard.admits(1.0, 0.1) and guard.rejected == 6  # one slow step among normal ones: not learned
+    assert guard.admits(5.0, 0.0)  # nothing predicted: nothing to compare with
 
 
 def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
