@@ -4,9 +4,9 @@ disturbed (another process took the cores), not what the step's shape costs.
 Measured (2026-12-05, the 2-core Xeon, bf16; ad hoc, `docs/architecture.md`, "Not from a disturbed machine"):
 a CPU-bound process beside an interleaved run at n-gram repetitive c=32 made single steps take 1.4-3.7 s where
 ~0.25 s was usual (oversubscribed threads). The adaptive engines took those steps' time into their ragged
-cells (4 -> 22-66 ms at 32 requests) and into the fitted cost of a query-length group (0 -> 15-35 ms), which
-only move again on ragged pure decode steps, which the trim then avoided: the group cost was still 16-18 ms
-two minutes after the load had gone.
+cells (4-8 -> 22-26 ms at 32 requests x 7 rows) and into the fitted cost of a query-length group (0-7 -> 15-25
+ms), which only move again on ragged pure decode steps, which the trim then avoided: the group cost was still
+16-18 ms two minutes after the load had gone. A 3x threshold let most of it in (21-35 ms).
 
 A pure decode step is slow when its forward exceeds OUTLIER_RATIO x its prediction (the table at the row's
 level, plus its ragged and group costs); normal steps ran 1.1-1.25x the table. Slow steps are not learned
