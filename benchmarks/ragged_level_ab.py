@@ -1,4 +1,4 @@
-"""A/B of reading ragged steps against a uniform step run now (`AdaptiveVerifier._level`, docs/architecture.md):
+"""A/B of reading ragged steps against a uniform step run now (`OnlineTargetCosts.level`, docs/architecture.md):
 an adaptive engine with the level ("level") against the same engine with it held at 1 ("lookup": a ragged step
 read against the table's lookup alone, as before 6d7b4ea), in one process, interleaved with no speculation (and
 a fixed k with `--fixed`). By default the case it was made for: both adaptive engines (the trained draft) first
@@ -29,7 +29,7 @@ def build(mode: str, hold_level: bool, max_tokens: int) -> None:
     """A warmed engine for `mode` where run_bench finds it; `hold_level`: the level stays 1 (the read before)."""
     engine = LLMEngine(EngineConfig(dtype="auto", kv_cache_memory_gb=0.5, spec=_spec(mode, K)))
     if hold_level:
-        engine.adaptive._observe_level = lambda *args: None
+        engine.adaptive.costs.observe_level = lambda *args: None
     _ENGINES[(mode, K, "auto")] = _warmed(engine, max_tokens, 0)
 
 

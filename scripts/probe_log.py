@@ -6,22 +6,21 @@ import time
 
 import torch
 
-from workers import adaptive
+from workers import adaptive, probes
 from workers.proposers import draft_model
 
 LOG: dict = {"probes": [], "resets": 0, "draft_calls": []}
 
 
 def install() -> dict:
-    V = adaptive.AdaptiveVerifier
-    probe, reset, observe = V._maybe_probe, V._reset_probes, V.observe_step
+    S = probes.ProbeSchedule
+    choose, reset, observe = S.choose, S.reset, adaptive.AdaptiveVerifier.observe_step
 
-    def maybe_probe(self, drafts, n, extra, step):
-        b = probe(self, drafts, n, extra, step)
+    def choose_probe(self, drafts, n, extra, step, *a):
+        b = choose(self, drafts, n, extra, step, *a)
         if b is not None:
-            LOG["probes"].append({"B": len(n), "rows": extra[b] + 1, "priced_s": self._probe_priced,
-                                  "scale": round(self._probe_scale, 3), "cost_s": self._probe_cost_s,
-                                  "share": self._probe_share * 2})
+            LOG["probes"].append({"B": len(n), "rows": extra[b] + 1, "priced_s": self.priced,
+                                  "scale": round(self.scale, 3), "cost_s": self.cost_s, "share": self.share * 2})
         return b
 
     def reset_probes(self):
@@ -29,11 +28,11 @@ def install() -> dict:
         reset(self)
 
     def observe_step(self, wall_s, forward_s, draft_s, *a, **kw):
-        if self._probe_priced is not None and LOG["probes"]:
+        if self.probe.priced is not None and LOG["probes"]:
             LOG["probes"][-1].update(draft_s=draft_s, wall_s=wall_s, forward_s=forward_s)
         return observe(self, wall_s, forward_s, draft_s, *a, **kw)
 
-    V._maybe_probe, V._reset_probes, V.observe_step = maybe_probe, reset_probes, observe_step
+    S.choose, S.reset, adaptive.AdaptiveVerifier.observe_step = choose_probe, reset_probes, observe_step
     P = draft_model.DraftModelProposer
     propose = P.propose
 

@@ -15,41 +15,19 @@ import numpy as np
 import torch
 
 from workers.budget import choose_verify_lengths, drafting_cannot_pay, plan_verify_lengths, step_seconds, survival
-from workers.cost_table import CostTable, GroupCostFit
+from workers.catch_up import CATCH_UP_HORIZON, CatchUpLedger
+from workers.cost_table import CostTable
 from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
+from workers.online_costs import OnlineTargetCosts
 from workers.plan_calibration import PlanCalibration
-from workers.step_outliers import OutlierGuard
-from workers.warmup_tables import CATCH_UP_ROWS, warm_up_tables
+from workers.probes import PROBE_EVERY, ProbeSchedule
+from workers.warmup_tables import warm_up_tables
 
 if TYPE_CHECKING:
     from workers.engine import LLMEngine
     from workers.proposers.base import Proposal
     from workers.scheduler import ScheduledStep
 
-# One request planned at depth 0 drafts one position anyway now and then (a probe): estimates come from the
-# draft's own features, so a request planned at depth 0 never gets new ones and stayed undrafted for good
-# (measured: the trained draft on repetitive prompts at c=1 drafted 0 of 188 steps, 18.9 tok/s vs 21-22 for
-# fixed k=2). The probe takes the request whose draft has the least to catch up on: probing every request
-# made each draft feed every token generated since its last one, the draft's whole share of a full
-# speculation run (c=8 ShareGPT: 170-330 ms of drafting per ~100 steps for 2-6 verified positions), while one
-# request's fresh estimates already move the running mean that plans the others.
-# A probe is due after at least PROBE_EVERY plans and once its predicted cost (one draft iteration, the
-# request's catch-up rows, one more verified row) is at most `_probe_share` of the time since the last one.
-# The share halves after each probe that changes nothing, from PROBE_SHARE to PROBE_SHARE_MIN; any plan that
-# drafts on its own resets it. A wait counted in plans (8 doubling to 64) let probes cost 1-1.6% of the time
-# where no draft pays (trained draft, ShareGPT, c=1: a probe first feeds the whole prompt, ~27 ms of a 41 ms
-# step, 0.4-0.67 ms per step in all); a probe now costs at most ~0.4% of the time there.
-# A probe's drafting is priced from its tables and then scaled by what probes cost: their drafter seconds and
-# the host seconds their step took over the running overhead, against that price (PROBE_SCALE_RATE, a running
-# mean). Priced from the tables alone (one iteration of one request, its catch-up rows at the batch's row
-# slope), probes at trained draft, repetitive c=32 were priced ~4.2 ms and took 4.5-7.8 ms of drafting and ~1 ms
-# of host time (ad-hoc probe log, not committed): 22 probes in 208 steps cost ~0.8% of the time, where
-# PROBE_SHARE_MIN meant 0.4%.
-PROBE_EVERY = 8
-PROBE_SHARE = 1 / 8
-PROBE_SHARE_MIN = 1 / 512
-PROBE_SCALE_RATE = 0.25
-PROBE_SCALE_BOUNDS = (0.5, 8.0)
 # Every this many trims that cut a draft, the request with the most cut positions verifies more of its draft
 # (estimators that `explore`: the n-gram table). Positions rated low are otherwise never verified, so never
 # relabelled (the one label source the n-gram table lacks, having no warm-up). Not shown to matter alone: with
@@ -71,18 +49,7 @@ PRIOR_RATE = 0.1
 # step's own estimate 0.170; repetitive c=1 0.195, 0.246, 0.210, 0.161; repetitive c=16 0.204, 0.240, 0.210,
 # 0.158. Requests whose last estimate was under 0.1 were accepted at 0.32 (ShareGPT c=1) against 0.23 above
 # 0.5. The trim, after drafting, still reads each draft's own estimates.
-# A catch-up is paid once: after it, the request's draft feeds only what the last step accepted. The depth plan
-# prices it spread over the steps the request has left (its remaining max_tokens over the tokens a drafting
-# step emits), at most this many. Charged whole to one step, a request that had not drafted for a while
-# (catch-ups of 9-110 ms at c=2 against ~12 ms for a draft iteration) was never drafted again, and its
-# catch-up only grew: at ShareGPT c=2, 0 of 45 plans drafted where 39 would have without the catch-up, and
-# fixed k=2 ran 5-8% above no speculation (ad-hoc plan log, not committed). The cap hedges against requests
-# that end early (EOS) or stop drafting as the load rises, which loses what was paid.
-CATCH_UP_HORIZON = 16
-# The target's observed step times refresh its cost table this many at a time (each step shape with its mean
-# time and the weight of as many single observations): one refresh rebuilds the lookup curves, 0.22 ms of a
-# 41 ms step at c=1 when done every step (~0.5%).
-OBSERVE_BATCH = 8
+
 # Mixed steps: steps that also prefill calibrate the depth plan on their own (`mixed_calibration`, per
 # request count), as their plans were wrong twice over and nothing corrected them (the plan's calibration
 # reads pure decode steps only). Measured at the trained draft, repetitive c=32 (0.95x of no speculation;
@@ -99,20 +66,6 @@ OBSERVE_BATCH = 8
 #   at 3.45x the plan's price, and the plan now multiplies its drafting prices by that ratio.
 # With both, the point read 0.987 of no speculation (0.977-0.997, 2 cycles; the code before: 0.950 and 0.959).
 
-# Ragged steps: a pure decode step whose requests verify different counts refreshes the table's ragged cost by
-# its forward over a uniform step's. That uniform step is priced as one run now: the table's lookup times the
-# recent uniform pure steps' forward over their lookup (per row, a running mean over ~1 / LEVEL_RATE steps),
-# since the table itself is refreshed OBSERVE_BATCH steps at a time and then by its EMA, so it lags when the
-# machine's speed moves. Read against the lookup alone (trained draft, ShareGPT c=32 then repetitive c=32, one
-# process; ad-hoc price log, not committed): in a stretch where pure steps ran ~2.2x the table (2.4-2.5 s
-# forwards, uniform and ragged alike) the ragged steps put that whole gap into the ragged cost, which went
-# from ~0 to 290-370 ms at 32 requests and stayed, as no plan took a ragged step at that price again. At
-# repetitive c=32 the trim then cut all the plan had drafted in 24 of 72 drafting steps (every plan that was
-# not uniform), wasting 129 ms of drafting a step. With the level, the same history left the ragged cells at
-# 0 and 16 ms, and the point read 1.010 and 1.001 of no speculation against 0.983 and 0.992 (A/B in one
-# process, 2 cycles; docs/performance.md).
-LEVEL_RATE = 0.25
-LEVEL_BOUNDS = (0.25, 4.0)
 # A depth plan that drafts, in a pure decode step, is applied again to the same batch for up to PROBE_EVERY - 1
 # more plans while the running mean of the estimates stays within this of what it read (each drafting step
 # moves it: ~0.01-0.015 a position at c=1). At c=1, where the batch changes only between requests, the plan was
@@ -154,24 +107,12 @@ class AdaptiveVerifier:
         self.verified_positions = 0
         self.offered_positions = 0
         self.drafted_positions = 0
-        # what the idle path costs, for `stats` (counted only; nothing here steers the policy)
-        self.probes = 0
-        self.probe_draft_s = 0.0  # the drafter's seconds in steps that probed
-        self.probe_forward_over_s = 0.0  # their forward over a plain step's (pure decode probe steps)
-        self.observed_s = 0.0  # every observed step's wall seconds
+        self.observed_s = 0.0  # every observed step's wall seconds (for `stats`)
         self.idle_plans_held = 0  # plans `_idle_plan_holds` decided without computing
         self.idle_plans_bounded = 0  # plans `_cannot_pay` decided without the search
         self._prior = torch.ones(estimator.k)  # the running mean of the estimates: what the depth plan reads
-        self._since_probe = 0  # depth plans since the last probe or the last plan that drafted
-        self._since_probe_s = 0.0  # the engine's seconds since then (observed step times)
-        self._probe_share = PROBE_SHARE  # of that time, what the next probe may cost
-        self._probe_cost_s = 0.0  # the next probe's predicted cost, as last computed
-        self._probe_scale = 1.0  # what probes' drafting and host time took over its price (PROBE_SCALE_RATE)
-        self._probe_priced: float | None = None  # the drafting price of a probe in this step, until observed
-        self._drafted_at: dict[str, tuple[int, int]] = {}  # req_id -> (its tokens, depth) at its last draft
-        self._catch_up: dict[str, int] = {}  # req_id -> rows its next draft first feeds (this step's plan)
-        self._step_catch_up = 0  # extra catch-up rows of the requests that drafted this step
-        self._catch_up_scale = 1.0  # observed / warm-up cost of catch-up rows
+        self.probe = ProbeSchedule()  # one request drafts now and then when none would (workers/probes.py)
+        self.catch_ups = CatchUpLedger()  # what each request's draft first feeds, and its price
         self._idle_key: tuple | None = None  # the batch whose last depth plan drafted nothing
         self._idle_plans = 0  # plans since that one was computed
         # the last depth plan of a pure decode step, if it drafted: (its key, caps [B], `_planned`, the running
@@ -181,11 +122,7 @@ class AdaptiveVerifier:
         self._search_s = 0.0  # the trim's search time (TRIM_SEARCH_RATE)
         self.explored_positions = 0
         self._verified_last: dict[str, tuple[int, int]] = {}  # req_id -> its last (verified, accepted) drafts
-        self._step_times: dict[tuple[int, int], list[float]] = {}  # (requests, tokens) -> [seconds summed, steps]
-        self._step_times_n = 0
-        self._groups = GroupCostFit()  # the cost of query-length groups beyond two (cost.group_s)
-        self._outliers = OutlierGuard()  # steps too slow to learn the cost model from
-        self._level: dict[int, float] = {}  # row -> recent uniform forward / table ("Ragged steps" above)
+        self.costs = OnlineTargetCosts(cost)  # the target's table refreshed from observed steps
         self.calibration = PlanCalibration()  # the depth plan's predictions against the steps it chose
         self._planned: tuple[int, float, torch.Tensor] | None = None  # a pure decode step that drafts:
         # (cost table row, its predicted seconds, the survival [B, K] the plan counted on), unscaled
@@ -206,7 +143,7 @@ class AdaptiveVerifier:
     def plan_depths(self, plan: "ScheduledStep") -> None:
         """Before drafting: cap each request's draft depth where the running mean of the estimates says deeper
         positions will not be verified (drafting them would be pure cost). Free drafts (n-gram) keep k."""
-        self._planned = self._planned_mixed = self._planned_drafting = self._probe_priced = None
+        self._planned = self._planned_mixed = self._planned_drafting = self.probe.priced = None
         if not plan.decodes or (self.draft_cost is None and self.capacity_planner is None):
             return
         reqs = [r for r, _ in plan.decodes]
@@ -218,11 +155,11 @@ class AdaptiveVerifier:
         depths = [d for _, d in plan.decodes]
         # `calibration`: pure decode steps; steps that also prefill: `mixed_calibration` ("Mixed steps" above)
         calibrated, row = self.calibrate and not plan.prefills, self.cost.nearest_requests(len(reqs))
-        self._catch_up, self._step_catch_up = {}, 0
+        self.catch_ups.clear()
         planning = self.draft_cost is not None and self.estimator_ready
         if planning:
             B = len(reqs)
-            rows = self._note_catch_ups(reqs)
+            rows = self.catch_ups.note(reqs)
             # a plan that drafted nothing changes no estimate, and the catch-ups only grow: until the batch
             # changes, the same plan holds (re-checked every PROBE_EVERY plans as the cost tables refresh).
             # The plan was ~0.4 ms of a 43 ms step at c=1, where the trained draft pays nowhere.
@@ -248,8 +185,8 @@ class AdaptiveVerifier:
             else:
                 # survival scaled per position by what drafts delivered (non-increasing still: a prefix)
                 rated = self._rated(scores, row, mixed=bool(plan.prefills), calibrated=calibrated)
-                catch_up_s = self._catch_up_row_s(B) * extra  # [B]
-                amortised = catch_up_s / self._catch_up_horizon(reqs, scores)
+                catch_up_s = self.catch_ups.row_s(self.draft_cost, B) * extra  # [B]
+                amortised = catch_up_s / self.catch_ups.horizon(reqs, scores)
                 iteration_s = self.draft_cost.lookup(B, B)
                 drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
                 chosen = plan_verify_lengths(rated, self.cost, *step, self._base_emitted(plan, step[1]),
@@ -268,7 +205,7 @@ class AdaptiveVerifier:
                 self._idle_key, self._idle_plans = (None if drafts else key), 0
                 self._held = (key, caps, self._planned, self._prior, 0) if drafts and not plan.prefills else None
             # a probe's estimates reset the idle plan (`_remember`)
-            probe = self._maybe_probe(bool(caps.any()), depths, rows, step)
+            probe = self._choose_probe(bool(caps.any()), depths, rows, step)
             if probe is not None:
                 if calibrated:
                     self._planned = self._probe_planned(row, B, scores)
@@ -308,7 +245,7 @@ class AdaptiveVerifier:
         B, prefill_tokens = len(reqs), sum(c for _, c in plan.prefills)
         sums = [0.0, *itertools.accumulate(curve)]  # unrated, as the horizon reads them
         least = min(e / min(max(max(r.max_tokens - r.num_output, 1) / (1.0 + sums[min(d, K)]), 1.0), CATCH_UP_HORIZON)
-                    for r, d, e in zip(reqs, depths, extra) if d > 0) * self._catch_up_row_s(B)
+                    for r, d, e in zip(reqs, depths, extra) if d > 0) * self.catch_ups.row_s(self.draft_cost, B)
         drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
         step_s = step_seconds(self.cost, B + len(plan.prefills), B + prefill_tokens, B, len(ranked),
                               self.overhead_s, decode_rows_floor=bool(plan.prefills))
@@ -319,10 +256,10 @@ class AdaptiveVerifier:
 
     def _plan_idle(self, plan: "ScheduledStep", reqs: list, depths: list[int], extra: list[int],
                    step: tuple[int, int], row: int, calibrated: bool) -> None:
-        """No request drafts, unless a probe is due (`_maybe_probe`): in lists, as each torch op here costs
+        """No request drafts, unless a probe is due (`ProbeSchedule.choose`): in lists, as each torch op here costs
         15-20 us after a forward has evicted the host's caches (a computed idle plan was ~0.5 ms at c=32 on this
         CPU, ~0.1 ms of it these ops)."""
-        probe = self._maybe_probe(False, depths, extra, step)
+        probe = self._choose_probe(False, depths, extra, step)
         plan.decodes = [(r, int(i == probe)) for i, r in enumerate(reqs)]
         if probe is not None and calibrated:
             self._planned = self._probe_planned(row, len(reqs), survival(self._prior.expand(len(reqs), -1),
@@ -330,9 +267,9 @@ class AdaptiveVerifier:
 
     def _probe_planned(self, row: int, B: int, scores: torch.Tensor) -> tuple[int, float, torch.Tensor]:
         """A probe step as the calibration predicts it: the plain step, one draft iteration, its catch-up, one
-        more row (`_probe_cost_s`), and the host time of a drafting step."""
+        more row (`ProbeSchedule.cost_s`), and the host time of a drafting step."""
         plain_s = self.cost.lookup(B, B) + self.overhead_s
-        return row, plain_s + self._probe_cost_s + self.draft_host_s, scores
+        return row, plain_s + self.probe.cost_s + self.draft_host_s, scores
 
     def _rated(self, scores: torch.Tensor, row: int, mixed: bool, calibrated: bool) -> torch.Tensor:  # [B, K]
         """The survival the depth plan counts on, scaled per position by what such drafts delivered
@@ -351,15 +288,15 @@ class AdaptiveVerifier:
 
     def _idle_plan_holds(self, reqs: list, plan: "ScheduledStep") -> bool:
         """The idle plan (no drafts) holds for this batch, no probe is due and no one else caps the depth:
-        count the plan (as `_maybe_probe` would) and say so."""
+        count the plan (as `ProbeSchedule.choose` would) and say so."""
         if (self.capacity_planner is not None or self._idle_key is None or self._idle_plans >= PROBE_EVERY
-                or self._probe_due(self._since_probe + 1)):
+                or self.probe.due(self.probe.since + 1)):
             return False
         if self._idle_key != (tuple(r.req_id for r in reqs), bool(plan.prefills)):
             return False
         self._idle_plans += 1
-        self._since_probe += 1
-        self._catch_up, self._step_catch_up = {}, 0
+        self.probe.since += 1
+        self.catch_ups.clear()
         self.idle_plans_held += 1
         return True
 
@@ -374,71 +311,15 @@ class AdaptiveVerifier:
             return False
         key, caps, planned, prior, count = held
         self._held = (key, caps, planned, prior, count + 1)
-        self._note_catch_ups(reqs)
+        self.catch_ups.note(reqs)
         self._planned = planned
-        self._reset_probes()  # as a plan that drafts does
+        self.probe.reset()  # as a plan that drafts does
         plan.decodes = [(r, min(d, c)) for (r, d), c in zip(plan.decodes, caps.tolist())]
         return True
 
-    def _note_catch_ups(self, reqs: list) -> list[int]:
-        """Each request's catch-up rows beyond the usual 1, noted for this step's plan (`_remember`)."""
-        rows = [self._catch_up_rows(r) - 1 for r in reqs]
-        self._catch_up, self._step_catch_up = {r.req_id: e for r, e in zip(reqs, rows)}, 0
-        return rows
-
-    def _reset_probes(self) -> None:
-        """A plan drafts: the next probe waits PROBE_EVERY plans again, at the first share."""
-        self._since_probe, self._since_probe_s, self._probe_share = 0, 0.0, PROBE_SHARE
-
-    def _maybe_probe(self, drafts: bool, n: list[int], extra: list[int], step: tuple[int, int]) -> int | None:
-        """When a probe is due (see PROBE_SHARE) and no request drafts (`drafts` False): the undrafted request to
-        draft one position, the one whose draft has the least to catch up on (`extra`: its catch-up rows beyond
-        1; `step`: the step's sequences and tokens without drafts). The share halves after each probe; a plan
-        that drafts resets it. Lists, not tensors: this runs on every idle plan (~0.09 ms a call with tensors
-        at c=32)."""
-        if drafts:
-            self._reset_probes()
-            return None
-        self._since_probe += 1
-        idle = [i for i, d in enumerate(n) if d > 0]
-        if not idle:
-            return None
-        b = min(idle, key=extra.__getitem__)
-        verify_row_s = max(self.cost.lookup(step[0], step[1] + 1) - self.cost.lookup(*step), 0.0)
-        drafting_s = self.draft_cost.lookup(1, 1) + self._catch_up_row_s(len(n)) * extra[b]
-        self._probe_cost_s = self._probe_scale * drafting_s + verify_row_s
-        if not self._probe_due(self._since_probe):
-            return None
-        self._probe_priced = drafting_s
-        self.probes += 1
-        self._since_probe, self._since_probe_s = 0, 0.0
-        self._probe_share = max(self._probe_share / 2, PROBE_SHARE_MIN)
-        return b
-
-    def _probe_due(self, plans: int) -> bool:
-        """`plans` plans and the observed time since the last probe allow the next (as last priced)."""
-        return plans >= PROBE_EVERY and self._since_probe_s * self._probe_share >= self._probe_cost_s
-
-    def _catch_up_rows(self, req) -> int:
-        """Rows a draft model first feeds for `req` (it recomputes >= 1): every token since its last draft,
-        less the drafts it had already fed that were accepted (assumed all; exact after one draft step)."""
-        now = len(req.tokens)
-        if req.req_id not in self._drafted_at:
-            return max(1, now)  # the whole prompt (and any output so far)
-        then, depth = self._drafted_at[req.req_id]
-        grown = now - then
-        return max(1, grown - min(grown - 1, depth - 1))
-
-    @staticmethod
-    def _catch_up_horizon(reqs: list, scores: torch.Tensor) -> torch.Tensor:  # [B]
-        """Steps over which the depth plan spreads each request's catch-up (CATCH_UP_HORIZON): its remaining
-        tokens over what a step drafting all its positions would emit (1 + their survival)."""
-        left = torch.tensor([max(r.max_tokens - r.num_output, 1) for r in reqs], dtype=scores.dtype)
-        return (left / (1.0 + scores.sum(1))).clamp(1.0, CATCH_UP_HORIZON)
-
-    def _catch_up_row_s(self, requests: int) -> float:
-        """The draft's seconds per catch-up row: its warm-up table's catch-up column, scaled online."""
-        return self._catch_up_scale * self.draft_cost.row_slope(requests, 1 + CATCH_UP_ROWS)
+    def _choose_probe(self, drafts: bool, n: list[int], extra: list[int], step: tuple[int, int]) -> int | None:
+        """The request to probe this step, if one is due (`ProbeSchedule.choose`)."""
+        return self.probe.choose(drafts, n, extra, step, self.cost, self.draft_cost, self.catch_ups)
 
     @property
     def estimator_ready(self) -> bool:
@@ -545,30 +426,23 @@ class AdaptiveVerifier:
         # rather than steps: a step's weight grows with what it drafted (PRIOR_RATE)
         weight = 1.0 - (1.0 - PRIOR_RATE) ** count  # [K]; 0 where nothing was drafted
         self._prior = self._prior + weight * (mean - self._prior)
-        self._step_catch_up = 0
-        for (req, _), depth in zip(plan.decodes, depths):
-            if depth > 0:
-                self._step_catch_up += self._catch_up.get(req.req_id, 0)
-                self._drafted_at[req.req_id] = (len(req.tokens), depth)
+        self.catch_ups.drafted(plan.decodes, depths)
 
     def forget(self, req_id: str) -> None:
         self._verified_last.pop(req_id, None)
-        self._drafted_at.pop(req_id, None)
+        self.catch_ups.forget(req_id)
 
     def observe_step(self, wall_s: float, forward_s: float, draft_s: float, requests: int, tokens: int,
                      pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0,
                      ragged_extra: int = 0, extra_groups: int = 0) -> None:
-        """Refresh the cost model from a finished step: the target's forward (pure decode steps only:
-        prefill chunks lie far outside the grid, at other context lengths; a uniform step refreshes the
-        uniform cells, a ragged one, whose longest request computed 1 + `ragged_extra` rows, the ragged cost:
-        its time over the uniform lookup, less the fitted cost of its `extra_groups` query-length groups
-        beyond two; `CostTable.observe_ragged` says why),
-        the drafter's time (it ran `draft_depth` batched iterations for
-        `draft_requests` requests, the first with the catch-up rows planned for them), the host overhead, and
-        (a draft model's pure decode steps) the depth plan's calibration."""
+        """Refresh the cost model from a finished step: the target's forward (pure decode steps only: prefill
+        chunks lie far outside the grid, at other context lengths; `OnlineTargetCosts.learn`, with the longest
+        request's `ragged_extra` rows beyond 1 and the step's `extra_groups` query-length groups beyond two),
+        the drafter's time (it ran `draft_depth` batched iterations for `draft_requests` requests, the first
+        with the catch-up rows planned for them), the probes' price, the host overhead, and (a draft model's
+        pure decode steps) the depth plan's calibration."""
         # the table's row and uniform lookup for this step, read once and before this step refreshes them
-        row, table_s = (self.cost.nearest_requests(requests), self.cost.lookup(requests, tokens)) if pure_decode \
-            else (0, 0.0)
+        row, table_s = self.costs.read(requests, tokens) if pure_decode else (0, 0.0)
         if self.calibrate and self.draft_cost is not None and pure_decode:
             if draft_depth == 0:
                 self.calibration.observe_plain(row, wall_s, table_s + self.overhead_s)
@@ -578,54 +452,39 @@ class AdaptiveVerifier:
             planned_row, predicted_s = self._planned_drafting
             self.mixed_calibration.observe_drafting(planned_row, draft_s, predicted_s)
         self._planned = self._planned_drafting = None
-        uniform_s = table_s * self._level.get(row, 1.0)  # a uniform step run now ("Ragged steps" above)
-        ragged_s = float(self.cost.ragged_array(requests, ragged_extra)) if pure_decode and ragged_extra > 0 else 0.0
-        # not from a step far slower than predicted: a disturbed machine, not the step's shape (step_outliers.py)
-        learns = pure_decode and self._outliers.admits(forward_s, uniform_s + ragged_s + self.cost.group_s * extra_groups)
-        if learns and ragged_extra > 0:  # refreshes the ragged cost, not the uniform cells (uniform steps do)
-            fitted = self._groups.observe(extra_groups, forward_s - uniform_s - ragged_s)
-            if fitted is not None:
-                self.cost.group_s = fitted
-            group_s = self.cost.group_s * extra_groups
-            self.cost.observe_ragged(requests, ragged_extra, forward_s - uniform_s - group_s)
-        elif learns:
-            self._observe_level(row, forward_s, table_s)
-            self._observe_target(requests, tokens, forward_s)
+        if pure_decode:
+            self.costs.learn(row, table_s, forward_s, requests, tokens, ragged_extra, extra_groups)
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:
-            self._observe_draft(draft_s, draft_requests, draft_depth)
+            self.catch_ups.observe(self.draft_cost, draft_s, draft_requests, draft_depth)
         host_s = max(0.0, wall_s - forward_s - draft_s)
-        if self._probe_priced is not None and draft_depth > 0:  # a probe ran: its drafter and extra host time
-            self.probe_draft_s += draft_s
-            if pure_decode:  # its forward against the plain step's lookup (all requests 1 row), as run now
-                plain_s = self.cost.lookup(requests, requests) * self._level.get(row, 1.0)
-                self.probe_forward_over_s += forward_s - plain_s
-            ratio = (draft_s + max(0.0, host_s - self.overhead_s)) / max(self._probe_priced, 1e-12)
-            ratio = min(max(ratio, PROBE_SCALE_BOUNDS[0]), PROBE_SCALE_BOUNDS[1])
-            self._probe_scale += PROBE_SCALE_RATE * (ratio - self._probe_scale)
-        self._probe_priced = None
+        if self.probe.priced is not None and draft_depth > 0:  # a probe ran: its drafter and extra host time
+            # a pure decode step's forward against the plain step's lookup (all requests 1 row), as run now
+            over_s = forward_s - self.costs.now(row, self.cost.lookup(requests, requests)) if pure_decode else None
+            self.probe.observe(draft_s, max(0.0, host_s - self.overhead_s), over_s)
+        self.probe.priced = None
         self.overhead_s += 0.1 * (host_s - self.overhead_s)
         if pure_decode:
             drafted = draft_depth > 0 and draft_requests > 0
             last = self._host_s[drafted]
             self._host_s[drafted] = host_s if last is None else last + 0.1 * (host_s - last)
-        self._since_probe_s += wall_s
+        self.probe.since_s += wall_s
         self.observed_s += wall_s
 
     def stats(self, steps: int) -> dict[str, float | int]:
         """The policy's counters over the engine's `steps`: positions verified per step, offered to the policy,
-        drafted, verified beyond the plan to explore; the probes (`PROBE_SHARE`), their drafter seconds and
+        drafted, verified beyond the plan to explore; the probes (workers/probes.py), their drafter seconds and
         their forwards' seconds over a plain step's, and that as a share of the observed time; the idle
         plans held without computing and those the bound decided without the search. The probes' share is
         what they cost where nothing else drafts."""
-        probe_s = self.probe_draft_s + self.probe_forward_over_s
+        probe = self.probe
+        probe_s = probe.draft_s + probe.forward_over_s
         return {"verified_per_step": self.verified_positions / steps if steps else 0.0,
                 "offered_positions": self.offered_positions, "drafted_positions": self.drafted_positions,
-                "explored_positions": self.explored_positions, "probes": self.probes,
-                "probe_draft_s": round(self.probe_draft_s, 4),
-                "probe_forward_over_s": round(self.probe_forward_over_s, 4),
+                "explored_positions": self.explored_positions, "probes": probe.probes,
+                "probe_draft_s": round(probe.draft_s, 4), "probe_forward_over_s": round(probe.forward_over_s, 4),
                 "probe_share": round(probe_s / self.observed_s, 5) if self.observed_s else 0.0,
                 "idle_plans_held": self.idle_plans_held, "idle_plans_bounded": self.idle_plans_bounded,
-                "outlier_steps": self._outliers.rejected}
+                "outlier_steps": self.costs.outliers.rejected}
 
     @property
     def draft_host_s(self) -> float:
@@ -634,39 +493,6 @@ class AdaptiveVerifier:
         prices it; `overhead_s`, on every option alike, could not tell drafting from not."""
         drafted, plain = self._host_s[True], self._host_s[False]
         return 0.0 if drafted is None or plain is None else max(0.0, drafted - plain)
-
-    def _observe_level(self, row: int, uniform_s: float, table_s: float) -> None:
-        """Recent uniform pure decode steps' forward over the table's lookup, per row: how far the machine
-        runs from the table right now (`LEVEL_RATE`). Only uniform steps: ragged ones are what it is for, and
-        the table's cells are refreshed by uniform steps alone, so without them both stay as they were."""
-        ratio = min(max(uniform_s / max(table_s, 1e-12), LEVEL_BOUNDS[0]), LEVEL_BOUNDS[1])
-        level = self._level.get(row, 1.0)
-        self._level[row] = level + LEVEL_RATE * (ratio - level)
-
-    def _observe_target(self, requests: int, tokens: int, seconds: float) -> None:
-        """Collect a pure decode step's forward time; every OBSERVE_BATCH steps refresh the table with them."""
-        acc = self._step_times.setdefault((requests, tokens), [0.0, 0])
-        acc[0] += seconds
-        acc[1] += 1
-        self._step_times_n += 1
-        if self._step_times_n >= OBSERVE_BATCH:
-            rows = {self.cost.nearest_requests(r) for r, _ in self._step_times}
-            before = {row: self.cost.lookup(row, row) for row in rows}
-            for (r, t), (total, n) in self._step_times.items():
-                self.cost.observe(r, t, total / n, count=n)
-            self._step_times, self._step_times_n = {}, 0
-            for row in rows & self._level.keys():  # the table took up part of the gap the level measured
-                self._level[row] *= before[row] / max(self.cost.lookup(row, row), 1e-12)
-
-    def _observe_draft(self, draft_s: float, requests: int, depth: int) -> None:
-        """Scale what this step's draft prediction read by observed / predicted: the iterations' cell, and
-        the catch-up rate where the catch-up was a sizeable part of it."""
-        iteration = self.draft_cost.lookup(requests, requests)
-        catch_up = self._catch_up_row_s(requests) * self._step_catch_up
-        ratio = draft_s / max(depth * iteration + catch_up, 1e-12)
-        self.draft_cost.observe(requests, requests, ratio * iteration)
-        if catch_up > 0.2 * depth * iteration:
-            self._catch_up_scale *= 1.0 + self.draft_cost.ema * (ratio - 1.0)
 
     def _base_emitted(self, plan: "ScheduledStep", base_tokens: int) -> float:
         """What the step's work without any draft is worth, in tokens. A pure decode step: one token per

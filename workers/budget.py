@@ -89,7 +89,7 @@ def plan_verify_lengths(
 
     With `request_s`, a request's first position also pays its own fixed cost (a draft model first catches
     up on every token since the request's last draft: its whole prompt the first time; the depth plan passes
-    it spread over the steps the request has left, workers/adaptive.py CATCH_UP_HORIZON). A confident request
+    it spread over the steps the request has left, workers/catch_up.py CATCH_UP_HORIZON). A confident request
     with a long catch-up would then block the cheap ones ranked after it, so the search also runs without
     the requests whose catch-up is above each quartile of the batch's, and the best of all wins.
 

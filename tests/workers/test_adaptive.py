@@ -10,11 +10,12 @@ import pytest
 import torch
 
 import workers.adaptive as adaptive_module
-from workers.adaptive import (EXPLORE_EVERY, OBSERVE_BATCH, PROBE_EVERY, PROBE_SCALE_RATE, PROBE_SHARE,
-                              PROBE_SHARE_MIN, AdaptiveVerifier)
+from workers.adaptive import EXPLORE_EVERY, AdaptiveVerifier
 from workers.cost_table import CostTable
 from workers.estimators import LogisticEstimator, NgramEstimator
+from workers.online_costs import OBSERVE_BATCH
 from workers.plan_calibration import CALIBRATION_MIN_STEPS, GAIN_BOUNDS
+from workers.probes import PROBE_EVERY, PROBE_SCALE_RATE, PROBE_SHARE, PROBE_SHARE_MIN
 from workers.scheduler import ScheduledStep
 from workers.step_outliers import OutlierGuard
 
@@ -111,15 +112,15 @@ def test_probes_are_priced_at_what_probes_took():
         plan = ScheduledStep(decodes=[(req, 7)])
         av.plan_depths(plan)
         if plan.decodes[0][1]:  # a probe: its drafter took 2x the price, the host 1x more
-            priced = av._probe_priced
+            priced = av.probe.priced
             # (no draft_requests: the shared DRAFT table is not refreshed by it)
             av.observe_step(STEP_S + 3 * priced, STEP_S, 2 * priced, 1, 2, False, 0, 1)
-            scales.append(av._probe_scale)
+            scales.append(av.probe.scale)
         else:
             av.observe_step(STEP_S, STEP_S, 0.0, 1, 1, False)
     assert abs(scales[0] - (1 + PROBE_SCALE_RATE * 2)) < 1e-9
     assert len(scales) >= 10 and abs(scales[-1] - 3.0) < 0.1
-    assert abs(av._probe_cost_s - (scales[-1] * DRAFT.lookup(1, 1) + row_s)) < 1e-9
+    assert abs(av.probe.cost_s - (scales[-1] * DRAFT.lookup(1, 1) + row_s)) < 1e-9
 
 
 def test_stats_count_what_the_probes_cost():
@@ -176,10 +177,10 @@ def test_a_plan_that_drafts_resets_the_probe_share():
     av, req = _verifier(prior=0.01)
     for _ in range(3 * PROBE_EVERY):
         _depth(av, req)
-    assert av._probe_share == PROBE_SHARE / 8
+    assert av.probe.share == PROBE_SHARE / 8
     av._prior = torch.full((7,), 0.9)
     av._idle_key = None  # as `_remember` does when new estimates arrive
-    assert _depth(av, req) >= 1 and av._probe_share == PROBE_SHARE and av._since_probe_s == STEP_S
+    assert _depth(av, req) >= 1 and av.probe.share == PROBE_SHARE and av.probe.since_s == STEP_S
 
 
 def test_confident_requests_draft_deep():
@@ -217,7 +218,7 @@ def _mixed_verifier(prior: float, draft: CostTable | None = None, calibrate: boo
 
 
 def _plan(av: AdaptiveVerifier, prefills: list) -> ScheduledStep:
-    av._since_probe = 0  # not a probe step
+    av.probe.since = 0  # not a probe step
     plan = ScheduledStep(decodes=[(r, 7) for r in MIXED_REQS], prefills=prefills)
     av.plan_depths(plan)
     return plan
@@ -269,8 +270,8 @@ def test_steps_that_prefill_learn_what_their_drafting_cost():
     for _ in range(CALIBRATION_MIN_STEPS + 2):
         depth = max(d for _, d in _plan(av, [PREFILL]).decodes)
         drafted.append(depth)
-        av._step_catch_up = sum(av._catch_up.values()) if depth else 0  # the requests never catch up for good
-        draft_s = depth * draft.lookup(3, 3) + av._catch_up_row_s(3) * av._step_catch_up
+        av.catch_ups.step_rows = sum(av.catch_ups.planned.values()) if depth else 0  # the requests never catch up for good
+        draft_s = depth * draft.lookup(3, 3) + av.catch_ups.row_s(av.draft_cost, 3) * av.catch_ups.step_rows
         av.observe_step(0.3 + draft_s, 0.3, draft_s, 4, 515, False, draft_requests=3, draft_depth=depth)
     assert all(drafted[:CALIBRATION_MIN_STEPS]) and drafted[-1] == 0
     assert av.mixed_calibration.drafting_scale(MIXED_TABLE.nearest_requests(3)) > 3
@@ -284,21 +285,8 @@ def _catch_up_verifier() -> AdaptiveVerifier:
     table = CostTable({(4, t): 0.045 + 0.0002 * t for t in (4, 8, 16, 32)})
     av = AdaptiveVerifier(table, est, CostTable({(4, 4): 0.0045, (4, 68): 0.025}))
     av._prior = torch.full((7,), 0.5)
-    av._since_probe = 0  # not a probe step
+    av.probe.since = 0  # not a probe step
     return av
-
-
-def test_catch_up_rows_count_the_tokens_since_the_last_draft():
-    av = _catch_up_verifier()
-    req = _Req(req_id="r", tokens=[1] * 100)
-    assert av._catch_up_rows(req) == 100  # never drafted: the whole context
-    av._drafted_at["r"] = (100, 4)  # drafted 4 (fed 3 of them) at 100 tokens
-    req.tokens += [1] * 3  # 2 accepted + the target's token: 1 new row, 2 already fed
-    assert av._catch_up_rows(req) == 1
-    req.tokens += [1] * 10  # ten more steps without drafting: 13 new tokens, of which the 3 fed drafts
-    assert av._catch_up_rows(req) == 10  # are taken as accepted (here 2 were: 11 rows, off by <= depth - 1)
-    av.forget("r")
-    assert av._catch_up_rows(req) == 113
 
 
 def test_a_request_waits_for_its_first_draft_while_its_prompt_is_dear_to_feed():
@@ -308,11 +296,11 @@ def test_a_request_waits_for_its_first_draft_while_its_prompt_is_dear_to_feed():
     for left, drafts in ((4, False), (400, True)):
         av = _catch_up_verifier()
         old, new = _Req("old", [1] * 50), _Req("new", [1] * 600, max_tokens=100 + left, num_prompt=500)
-        av._drafted_at["old"] = (49, 2)
+        av.catch_ups.drafted_at["old"] = (49, 2)
         plan = ScheduledStep(decodes=[(old, 7), (new, 7)])
         av.plan_depths(plan)
         assert plan.decodes[0][1] > 0 and (plan.decodes[1][1] > 0) == drafts, left
-        assert av._catch_up == {"old": 0, "new": 599}
+        assert av.catch_ups.planned == {"old": 0, "new": 599}
 
 
 def test_a_calibrated_plan_predicts_the_catch_up_whole_though_it_prices_it_spread():
@@ -324,7 +312,7 @@ def test_a_calibrated_plan_predicts_the_catch_up_whole_though_it_prices_it_sprea
     plan = ScheduledStep(decodes=[(new, 7)])
     av.plan_depths(plan)
     assert plan.decodes[0][1] > 0
-    assert av._planned[1] > 599 * av._catch_up_row_s(1) + av.cost.lookup(1, 2)
+    assert av._planned[1] > 599 * av.catch_ups.row_s(av.draft_cost, 1) + av.cost.lookup(1, 2)
 
 
 def test_the_catch_up_rate_is_refreshed_from_observed_draft_time():
@@ -332,11 +320,11 @@ def test_the_catch_up_rate_is_refreshed_from_observed_draft_time():
     req = _Req(req_id="r", tokens=[1] * 200)
     plan = ScheduledStep(decodes=[(req, 2)])
     av.plan_depths(plan)
-    av._step_catch_up = 199  # it drafted: 199 rows caught up
-    predicted = 2 * av.draft_cost.lookup(4, 4) + av._catch_up_row_s(4) * 199
-    rate = av._catch_up_row_s(4)
+    av.catch_ups.step_rows = 199  # it drafted: 199 rows caught up
+    predicted = 2 * av.draft_cost.lookup(4, 4) + av.catch_ups.row_s(av.draft_cost, 4) * 199
+    rate = av.catch_ups.row_s(av.draft_cost, 4)
     av.observe_step(1.0, 0.1, 2 * predicted, 4, 6, True, draft_requests=4, draft_depth=2)
-    assert av._catch_up_row_s(4) > rate * 1.05
+    assert av.catch_ups.row_s(av.draft_cost, 4) > rate * 1.05
 
 
 def test_drafting_host_time_is_the_gap_between_drafting_and_plain_decode_steps():
@@ -456,10 +444,10 @@ def test_a_ragged_step_in_a_slow_stretch_leaves_the_gap_to_the_uniform_cells():
     av.observe_step(0.2, 2 * (uniform + ragged), 0.0, 4, 7, True, ragged_extra=3)
     assert abs(table.lookup(4, 7) - uniform) < 1e-9  # the uniform cells are left to uniform steps
     assert ragged < float(table.ragged_array(4, 3)) < ragged + 0.1 * 0.016  # what the old read would add: +0.005
-    assert av._level[4] == pytest.approx(2.0, rel=0.15)
-    now = av._level[4] * table.lookup(4, 4)
+    assert av.costs.level[4] == pytest.approx(2.0, rel=0.15)
+    now = av.costs.level[4] * table.lookup(4, 4)
     av.observe_step(0.1, now, 0.0, 4, 4, True)  # the table's refresh takes up part of the gap: the level the rest
-    assert table.lookup(4, 4) > 0.041 and av._level[4] * table.lookup(4, 4) == pytest.approx(now, rel=1e-6)
+    assert table.lookup(4, 4) > 0.041 and av.costs.level[4] * table.lookup(4, 4) == pytest.approx(now, rel=1e-6)
 
 
 def test_ragged_steps_with_more_query_lengths_teach_the_group_cost_and_leave_the_uniform_cells():
@@ -484,10 +472,10 @@ def test_a_step_far_slower_than_predicted_teaches_the_cost_model_nothing():
     base = table.lookup(4, 7) + float(table.ragged_array(4, 3))
     for i in range(30):  # the group fit learns 3 ms a group from normal steps
         av.observe_step(0.1, base + 0.003 * (i % 3), 0.0, 4, 7, True, ragged_extra=3, extra_groups=i % 3)
-    ragged, group, level = float(table.ragged_array(4, 3)), table.group_s, dict(av._level)
+    ragged, group, level = float(table.ragged_array(4, 3)), table.group_s, dict(av.costs.level)
     for _ in range(5):  # a burst: 1 - (7/8)^5 = 0.49 of the recent steps
         av.observe_step(1.0, 10 * base, 0.0, 4, 7, True, ragged_extra=3, extra_groups=2)
-    assert (float(table.ragged_array(4, 3)), table.group_s, av._level) == (ragged, group, level)
+    assert (float(table.ragged_array(4, 3)), table.group_s, av.costs.level) == (ragged, group, level)
     assert av.stats(100)["outlier_steps"] == 5
     av.observe_step(1.0, 10 * base, 0.0, 4, 7, True, ragged_extra=3, extra_groups=2)  # the 6th: learned
     assert float(table.ragged_array(4, 3)) > ragged and av.stats(100)["outlier_steps"] == 5
@@ -545,7 +533,7 @@ def test_the_bound_read_from_the_running_mean_changes_no_depth_plan(monkeypatch)
             est.refits = est.warmup_refits
             draft = CostTable({(r, t): draft_s * (1 + 0.05 * t) for r in (1, 4, 16) for t in (r, 17 * r)})
             av = AdaptiveVerifier(MIXED_TABLE, est, draft, calibrate=calibrate)
-            av._prior, av._drafted_at, av.overhead_s = prior.clone(), dict(drafted), 0.003
+            av._prior, av.catch_ups.drafted_at, av.overhead_s = prior.clone(), dict(drafted), 0.003
             plan = ScheduledStep(decodes=list(zip(reqs, depths)), prefills=prefills)
             av.plan_depths(plan)
             out.append([d for _, d in plan.decodes])
