@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import workers.adaptive as adaptive_module
+import workers.depth_plan as depth_plan_module
 from workers.adaptive import EXPLORE_EVERY, AdaptiveVerifier
 from workers.cost_table import CostTable
 from workers.estimators import LogisticEstimator, NgramEstimator
@@ -495,8 +496,8 @@ def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
     grow), at most PROBE_EVERY times in a row; another batch is planned afresh."""
     av, req = _verifier(prior=0.01)
     calls = []
-    real = adaptive_module.plan_verify_lengths
-    adaptive_module.plan_verify_lengths = lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    real = depth_plan_module.plan_verify_lengths
+    depth_plan_module.plan_verify_lengths = lambda *a, **kw: calls.append(1) or real(*a, **kw)
     try:
         for _ in range(PROBE_EVERY - 1):  # the first probe comes at plan PROBE_EVERY
             _depth(av, req)
@@ -505,7 +506,7 @@ def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
         av.plan_depths(ScheduledStep(decodes=[(req, 7), (other, 7)]))
         assert len(calls) + av.idle_plans_bounded == 2
     finally:
-        adaptive_module.plan_verify_lengths = real
+        depth_plan_module.plan_verify_lengths = real
 
 
 def test_the_bound_read_from_the_running_mean_changes_no_depth_plan(monkeypatch):
