@@ -77,14 +77,17 @@ def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAUL
             + [Cell(r, e, "ragged") for e in RAGGED_EXTRA if r > 1 and ragged_step]
             + ([Cell(r, 0, "context")] if context_step and context_slots > 0 and r in context_requests else [])
             for r in requests}
-    skipped = 0
+    skipped = short = 0
     for r, cells in rows.items():
         chosen = _cells_that_fit(table, cells, repeats, deadline)
         skipped += len(cells) - len(chosen)
         if in_rounds:
-            placed = _paired(_time_in_rounds(chosen, runs, repeats, deadline), Cell(r, 0, "uniform"))
+            timed = _time_in_rounds(chosen, runs, repeats, deadline)
+            placed = _paired(timed, Cell(r, 0, "uniform"))
         else:
-            placed = {c: _median(_time_in_rounds([c], runs, repeats, deadline)[c]) for c in chosen}
+            timed = {c: _time_in_rounds([c], runs, repeats, deadline)[c] for c in chosen}
+            placed = {c: _median(v) for c, v in timed.items()}
+        short += sum(1 for v in timed.values() if len(v) < repeats)
         for c, s in placed.items():
             if c.kind == "uniform":
                 table.seconds[(r, c.tokens())] = s
@@ -101,6 +104,9 @@ def measure(step: Callable[[int, int], None], requests: tuple[int, ...] = DEFAUL
     if skipped:
         log.warning("cost table: %d of %d cells did not fit the %.0f s budget and are extrapolated",
                     skipped, sum(map(len, rows.values())), budget_s)
+    if short:  # rounds cut short by the deadline: their cells rest on fewer steps (noisier)
+        log.warning("cost table: %d cells were timed over fewer than %d steps to keep the %.0f s budget",
+                    short, repeats, budget_s)
     return table
 
 

@@ -138,15 +138,18 @@ def test_a_slow_spell_moves_a_rows_level_not_its_ragged_block_or_context_costs(m
     assert abs(t.seconds[(32, 32)] - _truth([1] * 32)) < 1e-6  # one of five rounds was slow: the median
 
 
-def test_rounds_stop_before_the_budget_when_the_row_runs_longer_than_predicted(monkeypatch):
+def test_rounds_stop_before_the_budget_when_the_row_runs_longer_than_predicted(monkeypatch, caplog):
     """The 64-request row is predicted from the 1-request one (10 ms a step, so 640 ms at 64 tokens) but runs
-    2 s a step: after two rounds, a third that the last one predicts to end past the 6 s budget is not run."""
+    2 s a step: after two rounds, a third that the last one predicts to end past the 6 s budget is not run,
+    and the warm-up says its cell rests on fewer steps."""
     from workers import cost_measure
 
     clock = _SpellClock(0, 0, 0.0)
     monkeypatch.setattr(cost_measure, "time", clock)
-    t = measure(lambda r, n: clock.run(0.010 if r == 1 else 2.0), requests=(1, 64), extra=(0,), budget_s=6.0,
-                repeats=5)
+    with caplog.at_level("WARNING"):
+        t = measure(lambda r, n: clock.run(0.010 if r == 1 else 2.0), requests=(1, 64), extra=(0,),
+                    budget_s=6.0, repeats=5)
     assert abs(t.seconds[(64, 64)] - 2.0) < 1e-9
     assert clock.now <= 6.0 + 2 * 0.010  # the two untimed warm-up steps run before the budget starts
     assert clock.steps == 2 + 5 + 2
+    assert "1 cells were timed over fewer than 5 steps" in caplog.text
