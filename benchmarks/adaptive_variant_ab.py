@@ -18,6 +18,7 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 - `oldrowprice`: the price of a verified row as before 2026-12-05: steps that also prefill price no ragged cost
   (`AdaptiveVerifier.mixed_ragged`), and the target's cost table is the one on disk whose row block was timed
   on a ragged step (`OLD_TABLE_KEY`; the variant refuses to run where that table was never measured).
+- `noguard`: the outlier guard (workers/step_outliers.py) off: every pure decode step refreshes the cost model.
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
   re-measurement changed, apart from the price.
 - `cap2`, `cap4` (any `capD`): verifies what adaptive's trim chose, but at most D drafts per request. At n-gram
@@ -94,6 +95,8 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.explore_in_open_block = False
     elif part == "oldrowprice":
         engine.adaptive.mixed_ragged = False
+    elif part == "noguard":
+        engine.adaptive.costs.outliers.ratio = float("inf")
     elif part == "alwaysreserve":
         engine.scheduler.cap_only_cut = False
     elif part in ("verifynone", "mixedverifynone"):
@@ -230,7 +233,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable")
+         "oldrowprice", "oldtable", "noguard")
 
 
 def _variants(text: str) -> list[str]:

@@ -86,7 +86,7 @@ class AdaptiveVerifier(DepthPlan):
         self._idle_key: tuple | None = None  # the batch whose last depth plan drafted nothing
         self._idle_plans = 0  # plans since that one was computed
         # the last depth plan of a pure decode step, if it drafted: (its key, caps [B], `_planned`, the running
-        # mean it read, plans it was reused for); see PLAN_HOLD_DRIFT
+        # mean it read, plans it was reused for); see PLAN_HOLD_DRIFT (workers/depth_plan.py)
         self._held: tuple | None = None
         self._since_explore = 0  # trims that cut a draft since the last full-draft verification
         self._search_s = 0.0  # the trim's search time (TRIM_SEARCH_RATE)
@@ -96,7 +96,8 @@ class AdaptiveVerifier(DepthPlan):
         self.calibration = PlanCalibration()  # the depth plan's predictions against the steps it chose
         self._planned: tuple[int, float, torch.Tensor] | None = None  # a pure decode step that drafts:
         # (cost table row, its predicted seconds, the survival [B, K] the plan counted on), unscaled
-        # steps that also prefill: the drafter's time and the survival of all drafted ("Mixed steps" above)
+        # steps that also prefill: the drafter's time and the survival of all drafted ("Mixed steps",
+        # workers/depth_plan.py)
         self.mixed_calibration = PlanCalibration()
         # (row, survival [B, K] of what it drafted, drafted [B, K])
         self._planned_mixed: tuple[int, torch.Tensor, torch.Tensor] | None = None
