@@ -60,8 +60,9 @@ class ProbeSchedule:
                draft_cost: CostTable, catch_ups: CatchUpLedger) -> int | None:
         """When a probe is due and no request drafts (`drafts` False): the undrafted request to draft one
         position, the one whose draft has the least to catch up on (`extra`: its catch-up rows beyond 1;
-        `step`: the step's sequences and tokens without drafts). The share halves after each probe; a plan that drafts resets it. Lists,
-        not tensors: this runs on every idle plan (~0.09 ms a call with tensors at c=32)."""
+        `step`: the step's sequences and tokens without drafts). The share halves after each probe; a plan
+        that drafts resets it. Lists, not tensors: this runs on every idle plan (~0.09 ms a call with tensors
+        at c=32)."""
         if drafts:
             self.reset()
             return None

@@ -271,7 +271,8 @@ def test_steps_that_prefill_learn_what_their_drafting_cost():
     for _ in range(CALIBRATION_MIN_STEPS + 2):
         depth = max(d for _, d in _plan(av, [PREFILL]).decodes)
         drafted.append(depth)
-        av.catch_ups.step_rows = sum(av.catch_ups.planned.values()) if depth else 0  # the requests never catch up for good
+        # the requests never catch up for good
+        av.catch_ups.step_rows = sum(av.catch_ups.planned.values()) if depth else 0
         draft_s = depth * draft.lookup(3, 3) + av.catch_ups.row_s(av.draft_cost, 3) * av.catch_ups.step_rows
         av.observe_step(0.3 + draft_s, 0.3, draft_s, 4, 515, False, draft_requests=3, draft_depth=depth)
     assert all(drafted[:CALIBRATION_MIN_STEPS]) and drafted[-1] == 0
@@ -288,6 +289,13 @@ def _catch_up_verifier() -> AdaptiveVerifier:
     av._prior = torch.full((7,), 0.5)
     av.probe.since = 0  # not a probe step
     return av
+
+
+def test_a_finished_request_is_forgotten_by_the_catch_ups_and_the_history():
+    av = _catch_up_verifier()
+    av.catch_ups.drafted_at["r"], av._verified_last["r"] = (100, 4), (4, 2)
+    av.forget("r")
+    assert "r" not in av.catch_ups.drafted_at and "r" not in av._verified_last
 
 
 def test_a_request_waits_for_its_first_draft_while_its_prompt_is_dear_to_feed():
