@@ -1,5 +1,5 @@
 """Catch-ups (workers/catch_up.py): the rows a draft model first feeds for a request, and their price."""
-from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 
@@ -7,20 +7,13 @@ from workers.catch_up import CATCH_UP_HORIZON, CatchUpLedger
 from workers.cost_table import CostTable
 
 
-@dataclass
-class _Req:
-    req_id: str
-    tokens: list[int]
-    max_tokens: int = 10_000
-    num_prompt: int = 0
-
-    @property
-    def num_output(self) -> int:
-        return len(self.tokens) - self.num_prompt
+def _req(req_id: str, tokens: int, left: int = 10_000) -> SimpleNamespace:
+    """What the ledger reads of a request (workers/request.py): its tokens, and the tokens it may still emit."""
+    return SimpleNamespace(req_id=req_id, tokens=[1] * tokens, max_tokens=left, num_output=0)
 
 
 def test_catch_up_rows_count_the_tokens_since_the_last_draft():
-    ledger, req = CatchUpLedger(), _Req("r", [1] * 100)
+    ledger, req = CatchUpLedger(), _req("r", 100)
     assert ledger.rows(req) == 100  # never drafted: the whole context
     ledger.drafted_at["r"] = (100, 4)  # drafted 4 (fed 3 of them) at 100 tokens
     req.tokens += [1] * 3  # 2 accepted + the target's token: 1 new row, 2 already fed
@@ -33,7 +26,7 @@ def test_catch_up_rows_count_the_tokens_since_the_last_draft():
 
 def test_only_the_requests_that_drafted_pay_their_noted_catch_up():
     ledger = CatchUpLedger()
-    a, b = _Req("a", [1] * 40), _Req("b", [1] * 7)
+    a, b = _req("a", 40), _req("b", 7)
     assert ledger.note([a, b]) == [39, 6]  # rows beyond the usual 1
     ledger.drafted([(a, 7), (b, 7)], [2, 0])
     assert ledger.step_rows == 39 and ledger.drafted_at == {"a": (40, 2)}
@@ -55,8 +48,6 @@ def test_the_catch_up_rate_follows_the_drafter_where_catch_ups_are_a_sizeable_pa
 
 
 def test_a_catch_up_is_spread_over_the_steps_a_request_has_left_at_most_the_horizon():
-    # 10 prompt tokens each; 1000, 4 and 0 tokens left to emit
-    reqs = [_Req(name, [1] * 10, max_tokens=left, num_prompt=10) for name, left in (("long", 1000), ("short", 4),
-                                                                                     ("done", 0))]
+    reqs = [_req(name, 10, left) for name, left in (("long", 1000), ("short", 4), ("done", 0))]
     scores = torch.full((3, 2), 0.5)  # a drafting step emits 1 + 1.0 tokens
     assert CatchUpLedger.horizon(reqs, scores).tolist() == [CATCH_UP_HORIZON, 2.0, 1.0]
