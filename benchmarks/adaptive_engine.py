@@ -16,7 +16,9 @@ In parts (each point is complete on its own, so a part that is cut short loses o
     python benchmarks/adaptive_engine.py --concurrency 16,32 --out /tmp/high.json
     python benchmarks/adaptive_engine.py --merge /tmp/low.json /tmp/high.json
 A grid of another machine than the record's keeps its own plots: `--merge ... --plot-suffix _fp32`.
-Whole grids of one machine, pooled per point (their cycles together): `--pool A.json B.json`.
+Whole grids of one machine, pooled per point (their cycles together): `--pool A.json B.json`. A run with
+`--fresh-prompts --seed 2` serves other prompt samples than the grid of record's (seeds 0 and 1), so pooling it
+adds samples rather than repeats of the same ones.
 """
 from __future__ import annotations
 
@@ -137,7 +139,7 @@ def markdown_tables(data: dict) -> str:
 
 
 SETTINGS = ("modes", "repeat", "max_tokens", "sustained", "min_requests", "per_slot", "interleave", "fresh_prompts",
-            "machine")
+            "seed", "machine")
 
 
 def machine() -> dict:
@@ -214,6 +216,9 @@ def main() -> None:
                     help="run a repeat's configurations together, step by step in turn (workers/closed_loop.py)")
     ap.add_argument("--fresh-prompts", action="store_true",
                     help="each repeat of a point its own prompt sample (seed + repeat; workers/bench.py run_bench)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="the prompt sample (with --fresh-prompts, repeat r serves seed + r): another seed gives a run "
+                         "whose samples are not the grid of record's, for --pool")
     ap.add_argument("--out", default="benchmarks/results/adaptive_engine_cpu.json")
     ap.add_argument("--tables", metavar="JSON", help="only print the markdown tables of an earlier run")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
@@ -234,13 +239,14 @@ def main() -> None:
         settings, data = merge_runs([json.loads(Path(f).read_text()) for f in args.merge])
     else:
         rows = run_bench(["sharegpt", "repetitive"], [int(c) for c in args.concurrency.split(",")], MODES, 7,
-                         args.max_tokens, [], args.per_slot, 0, "auto", None, repeat=args.repeat,
+                         args.max_tokens, [], args.per_slot, args.seed, "auto", None, repeat=args.repeat,
                          kv_cache_memory_gb=0.5,
                          sustained=not args.drained, min_requests=args.min_requests, interleave=args.interleave,
                          fresh_prompts=args.fresh_prompts)
         settings = {"modes": MODES, "repeat": args.repeat, "max_tokens": args.max_tokens,
                     "sustained": not args.drained, "min_requests": args.min_requests, "per_slot": args.per_slot,
-                    "interleave": args.interleave, "fresh_prompts": args.fresh_prompts, "machine": machine()}
+                    "interleave": args.interleave, "fresh_prompts": args.fresh_prompts, "seed": args.seed,
+                    "machine": machine()}
         data = [r.__dict__ for r in rows]
     summary = summarise(data)
     Path(args.out).write_text(json.dumps({**settings, "summary": summary, "rows": data}, indent=1))

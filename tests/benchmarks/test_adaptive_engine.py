@@ -22,7 +22,8 @@ def rows(c: int, adaptive: float) -> list[dict]:
 
 def test_parts_merge_into_one_grid():
     settings, data = merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "rows": rows(16, 105.0)}])
-    assert settings == {**SETTINGS, "interleave": False, "fresh_prompts": False, "machine": False}  # runs before the options
+    # runs before the options (`seed`: False reads as the seed 0 they served)
+    assert settings == {**SETTINGS, "interleave": False, "fresh_prompts": False, "seed": False, "machine": False}
     summary = {s["concurrency"]: s["adaptive_vs_best"] for s in summarise(data)}
     assert summary == {1: pytest.approx(0.99), 16: pytest.approx(1.05)}
 
@@ -37,6 +38,9 @@ def test_parts_that_differ_or_overlap_are_refused():
         merge_runs([{**SETTINGS, "machine": bf16, "rows": rows(1, 99.0)},
                     {**SETTINGS, "machine": {**bf16, "cpu_capability": "AVX2", "dtype": "float32"},
                      "rows": rows(16, 99.0)}])
+    with pytest.raises(SystemExit, match="seed"):  # other prompt samples: pool them (--pool), do not merge
+        merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "seed": 2, "rows": rows(16, 99.0)}])
+    assert merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "seed": 0, "rows": rows(16, 99.0)}])
     with pytest.raises(SystemExit, match="twice"):
         merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "rows": rows(1, 99.0)}])
 
