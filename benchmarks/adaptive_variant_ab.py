@@ -19,6 +19,10 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   (`AdaptiveVerifier.mixed_ragged`), and the target's cost table is the one on disk whose row block was timed
   on a ragged step (`OLD_TABLE_KEY`; the variant refuses to run where that table was never measured).
 - `noguard`: the outlier guard (workers/step_outliers.py) off: every pure decode step refreshes the cost model.
+- `nomixedscale`: the depth plan's drafter ratio in steps that also prefill (`mixed_calibration.drafting_scale`,
+  workers/depth_plan.py "Mixed steps") not applied: a draft iteration there is priced as in a pure decode step.
+  At trained draft ShareGPT c=16, with the depth plan drafting, that ratio read 1.63 and the plan drafted in about
+  half of those steps, where fixed k=1 drafts in all (docs/performance.md, 2026-12-06 second session).
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
   re-measurement changed, apart from the price.
 - `cap2`, `cap4` (any `capD`): verifies what adaptive's trim chose, but at most D drafts per request. At n-gram
@@ -97,6 +101,8 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.mixed_ragged = False
     elif part == "noguard":
         engine.adaptive.costs.outliers.ratio = float("inf")
+    elif part == "nomixedscale":
+        engine.adaptive.mixed_calibration.drafting_scale = lambda row: 1.0
     elif part == "alwaysreserve":
         engine.scheduler.cap_only_cut = False
     elif part in ("verifynone", "mixedverifynone"):
@@ -233,7 +239,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard")
+         "oldrowprice", "oldtable", "noguard", "nomixedscale")
 
 
 def _variants(text: str) -> list[str]:
