@@ -19,13 +19,6 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   (`AdaptiveVerifier.mixed_ragged`), and the target's cost table is the one on disk whose row block was timed
   on a ragged step (`OLD_TABLE_KEY`; the variant refuses to run where that table was never measured).
 - `noguard`: the outlier guard (workers/step_outliers.py) off: every pure decode step refreshes the cost model.
-- `nomixedscale`: the depth plan's drafter ratio in steps that also prefill (`mixed_calibration.drafting_scale`,
-  workers/depth_plan.py "Mixed steps") not applied: a draft iteration there is priced as in a pure decode step.
-  At trained draft ShareGPT c=16, with the depth plan drafting, that ratio read 1.63 and the plan drafted in about
-  half of those steps, where fixed k=1 drafts in all (docs/performance.md, 2026-12-06 second session).
-- `firstwhole`: that ratio measured with a request's first catch-up (its whole prompt, paid once) predicted
-  whole, so it reads only catch-ups that recur (requests that draft now and then), as at repetitive c=32 when
-  the ratio was introduced.
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
   re-measurement changed, apart from the price.
 - `cap2`, `cap4` (any `capD`): verifies what adaptive's trim chose, but at most D drafts per request. At n-gram
@@ -50,7 +43,10 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
         --workload repetitive --concurrency 32 --cycles 4   # several variants in one run
 
 (`nocontext`, the cost table's context term priced by the policy, was a part here until it was taken out of the
-policy: its results in docs/performance.md, "The split by context", were run at a1c14bb and earlier.)
+policy: its results in docs/performance.md, "The split by context", were run at a1c14bb and earlier. So were
+`nomixedscale`, the depth plan's drafter ratio in steps that also prefill not applied, and `firstwhole`, that
+ratio with a request's first catch-up predicted whole: run at 6d09a97 and before, that ratio was then taken
+out; docs/performance.md, "2026-12-06, second session".)
 """
 from __future__ import annotations
 
@@ -104,10 +100,6 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.mixed_ragged = False
     elif part == "noguard":
         engine.adaptive.costs.outliers.ratio = float("inf")
-    elif part == "nomixedscale":
-        engine.adaptive.mixed_calibration.drafting_scale = lambda row: 1.0
-    elif part == "firstwhole":
-        _first_catch_ups_whole(engine)
     elif part == "alwaysreserve":
         engine.scheduler.cap_only_cut = False
     elif part in ("verifynone", "mixedverifynone"):
@@ -136,30 +128,6 @@ def _without(engine: LLMEngine, part: str) -> None:
             return schedule(*args, **kwargs)
 
         engine.adaptive.trim, engine.scheduler.schedule = trim_noting_mixed, schedule_as_if_cut
-
-
-def _first_catch_ups_whole(engine: LLMEngine) -> None:
-    """`firstwhole`: after each depth plan of a step that also prefills, the drafter's predicted seconds (what
-    the mixed steps' ratio divides by) also count, whole, the catch-ups of requests drafting for the first time."""
-    ada = engine.adaptive
-    plan_depths = ada.plan_depths
-
-    def plan_with_first_whole(plan) -> None:
-        reqs, offered = [r for r, _ in plan.decodes], [d for _, d in plan.decodes]
-        first = [r.req_id not in ada.catch_ups.drafted_at for r in reqs]  # before this step's draft notes it
-        plan_depths(plan)
-        if ada._planned_drafting is None or not reqs:
-            return
-        row, predicted_s = ada._planned_drafting
-        extra = torch.tensor([ada.catch_ups.planned.get(r.req_id, 0) for r in reqs], dtype=torch.float32)
-        catch_up_s = ada.catch_ups.row_s(ada.draft_cost, len(reqs)) * extra
-        amortised = catch_up_s / ada.catch_ups.horizon(reqs, survival(ada._prior.expand(len(reqs), -1),
-                                                                      torch.tensor(offered)))
-        unpaid = sum(c - a for c, a, f, (_, d) in zip(catch_up_s.tolist(), amortised.tolist(), first, plan.decodes)
-                     if f and d > 0)
-        ada._planned_drafting = (row, predicted_s + unpaid)
-
-    ada.plan_depths = plan_with_first_whole
 
 
 def per_request_depths(scores: np.ndarray, base_s: float, row_s: float) -> np.ndarray:  # [B]
@@ -268,7 +236,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard", "nomixedscale", "firstwhole")
+         "oldrowprice", "oldtable", "noguard")
 
 
 def _variants(text: str) -> list[str]:

@@ -96,12 +96,10 @@ class AdaptiveVerifier(DepthPlan):
         self.calibration = PlanCalibration()  # the depth plan's predictions against the steps it chose
         self._planned: tuple[int, float, torch.Tensor] | None = None  # a pure decode step that drafts:
         # (cost table row, its predicted seconds, the survival [B, K] the plan counted on), unscaled
-        # steps that also prefill: the drafter's time and the survival of all drafted ("Mixed steps",
-        # workers/depth_plan.py)
+        # steps that also prefill: the survival of all drafted ("Mixed steps", workers/depth_plan.py)
         self.mixed_calibration = PlanCalibration()
         # (row, survival [B, K] of what it drafted, drafted [B, K])
         self._planned_mixed: tuple[int, torch.Tensor, torch.Tensor] | None = None
-        self._planned_drafting: tuple[int, float] | None = None  # (row, the drafter's seconds priced there)
 
     @classmethod
     def build(cls, engine: "LLMEngine") -> "AdaptiveVerifier":
@@ -238,10 +236,7 @@ class AdaptiveVerifier(DepthPlan):
                 self.calibration.observe_plain(row, wall_s, table_s + self.overhead_s)
             elif self._planned is not None:
                 self.calibration.observe_spec(self._planned[0], wall_s, self._planned[1])
-        if self._planned_drafting is not None and not pure_decode and draft_depth > 0:
-            planned_row, predicted_s = self._planned_drafting
-            self.mixed_calibration.observe_drafting(planned_row, draft_s, predicted_s)
-        self._planned = self._planned_drafting = None
+        self._planned = None
         if pure_decode:
             self.costs.learn(row, table_s, forward_s, requests, tokens, ragged_extra, extra_groups)
         if self.draft_cost is not None and draft_depth > 0 and draft_requests > 0:

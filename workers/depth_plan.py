@@ -40,10 +40,16 @@ if TYPE_CHECKING:
 #   scaled by accepted over the survival counted on for ALL it drafted, those the trim cut included.
 # - the drafter's time: its catch-ups, priced spread over the steps a request has left (CATCH_UP_HORIZON),
 #   were paid whole again and again, as requests drafted now and then: 77 ms of drafting per drafting step
-#   against a ~25 ms iteration. The step's time there is mostly the chunk's (the table read 1.5x high for
-#   steps that drafted and steps that did not alike), so the drafter's seconds are compared alone: they ran
-#   at 3.45x the plan's price, and the plan now multiplies its drafting prices by that ratio.
+#   against a ~25 ms iteration (3.45x the plan's price).
 # With both, the point read 0.987 of no speculation (0.977-0.997, 2 cycles; the code before: 0.950 and 0.959).
+# The second part, the plan's drafting prices multiplied by the drafter's observed / priced seconds in such
+# steps, was taken out on 2026-12-06 (variant `nomixedscale` of benchmarks/adaptive_variant_ab.py, interleaved,
+# against adaptive with it): the ratio also counts a request's first catch-up, its whole prompt, paid once
+# whenever it drafts first, and a new request's first draft is often in a step that also prefills. At
+# ShareGPT c=16 it read 1.63, priced an iteration at 11-14 ms against ~7 in pure decode steps, and the plan
+# drafted in about half of those steps where fixed k=1 (1.02-1.06x of no speculation at c=8-16) drafts in all.
+# Without it, per cycle: ShareGPT c=8 +4.0, +2.3, -1.1 and +0.5, +1.8, -0.2, +1.2%; c=16 +2.8, +0.7, +1.2%;
+# repetitive c=32, the point the ratio was made for, +2.0, +1.7, +1.0% (docs/performance.md).
 
 # A depth plan that drafts, in a pure decode step, is applied again to the same batch for up to PROBE_EVERY - 1
 # more plans while the running mean of the estimates stays within this of what it read (each drafting step
@@ -61,7 +67,7 @@ class DepthPlan:
     def plan_depths(self, plan: "ScheduledStep") -> None:
         """Before drafting: cap each request's draft depth where the running mean of the estimates says deeper
         positions will not be verified (drafting them would be pure cost). Free drafts (n-gram) keep k."""
-        self._planned = self._planned_mixed = self._planned_drafting = self.probe.priced = None
+        self._planned = self._planned_mixed = self.probe.priced = None
         if not plan.decodes or (self.draft_cost is None and self.capacity_planner is None):
             return
         reqs = [r for r, _ in plan.decodes]
@@ -106,10 +112,8 @@ class DepthPlan:
                 catch_up_s = self.catch_ups.row_s(self.draft_cost, B) * extra  # [B]
                 amortised = catch_up_s / self.catch_ups.horizon(reqs, scores)
                 iteration_s = self.draft_cost.lookup(B, B)
-                drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
                 chosen = plan_verify_lengths(rated, self.cost, *step, self._base_emitted(plan, step[1]),
-                                             self.overhead_s, drafting * iteration_s,
-                                             drafting * amortised, draft_host_s=self.draft_host_s,
+                                             self.overhead_s, iteration_s, amortised, draft_host_s=self.draft_host_s,
                                              decode_rows_floor=bool(plan.prefills),
                                              **(self.calibration.scales(row) if calibrated else {}))
                 caps = chosen.lengths
@@ -118,8 +122,6 @@ class DepthPlan:
                     unpaid = float(((catch_up_s - amortised) * (caps > 0)).sum())
                     self._planned = (row, chosen.seconds + unpaid, scores)
                 gauged = self.calibrate and bool(plan.prefills) and drafts  # "Mixed steps" above
-                if gauged:  # the drafter's seconds as priced, unscaled
-                    self._planned_drafting = (row, float(caps.max() * iteration_s + (amortised * (caps > 0)).sum()))
                 self._idle_key, self._idle_plans = (None if drafts else key), 0
                 self._held = (key, caps, self._planned, self._prior, 0) if drafts and not plan.prefills else None
             # a probe's estimates reset the idle plan (`_remember`)
@@ -164,13 +166,12 @@ class DepthPlan:
         sums = [0.0, *itertools.accumulate(curve)]  # unrated, as the horizon reads them
         least = min(e / min(max(max(r.max_tokens - r.num_output, 1) / (1.0 + sums[min(d, K)]), 1.0), CATCH_UP_HORIZON)
                     for r, d, e in zip(reqs, depths, extra) if d > 0) * self.catch_ups.row_s(self.draft_cost, B)
-        drafting = self.mixed_calibration.drafting_scale(row) if plan.prefills and self.calibrate else 1.0
         step_s = step_seconds(self.cost, B + len(plan.prefills), B + prefill_tokens, B, len(ranked),
                               self.overhead_s, decode_rows_floor=bool(plan.prefills))
         scales = self.calibration.scales(row) if calibrated else {"plain_scale": 1.0, "spec_scale": 1.0}
         return drafting_cannot_pay(ranked, step_s, self._base_emitted(plan, B + prefill_tokens),
                                    scales["plain_scale"], scales["spec_scale"],
-                                   drafting * self.draft_cost.lookup(B, B) + self.draft_host_s, drafting * least)
+                                   self.draft_cost.lookup(B, B) + self.draft_host_s, least)
 
     def _plan_idle(self, plan: "ScheduledStep", reqs: list, depths: list[int], extra: list[int],
                    step: tuple[int, int], row: int, calibrated: bool) -> None:

@@ -42,9 +42,6 @@ CALIBRATION_RATE = 0.05  # weight of one step in the running means (~20 steps)
 CALIBRATION_MIN_STEPS = 8  # steps of a kind (or verifying a position) before its ratio is used
 TIME_BOUNDS = (0.5, 2.0)  # a time ratio outside these says something else is wrong: do not follow it
 GAIN_BOUNDS = (0.2, 1.5)  # per position
-# the drafter's seconds against the plan's price for them: a catch-up priced spread over the steps a request
-# has left is paid whole by the step that drafts (workers/adaptive.py, "Mixed steps"), so this one goes higher
-DRAFTING_BOUNDS = (0.5, 4.0)
 # Plain steps' ratio goes stale after this many drafting steps at its request count without a plain step: it
 # then borrows the drafting steps' ratio, and the next plain steps measure it afresh. Nothing else refreshes
 # it (drafting steps have probes; plain steps only come when the plan chooses them), so a ratio read high
@@ -87,16 +84,15 @@ class _Kinds:
     plain: _Ratio = field(default_factory=_Ratio)  # steps that drafted nothing: seconds
     spec: _Ratio = field(default_factory=_Ratio)  # steps that drafted: seconds
     gain: list[_Ratio] = field(default_factory=list)  # per position: accepted / expected survival
-    drafting: _Ratio = field(default_factory=_Ratio)  # steps that drafted: the drafter's seconds
     spec_since_plain: int = 0  # drafting steps seen since the last plain step (PLAIN_STALE_STEPS)
 
 
 class PlanCalibration:
     """Per request count (the cost table's nearest row): observed / predicted for plain steps' time,
-    drafting steps' time, the drafter's time in drafting steps and, per position, accepted drafts. The
-    depth plan keeps one for pure decode steps (step times, and survival with "time+survival") and one for
-    steps that also prefill (drafter time and survival: the step's time there is mostly the chunk's, which
-    the table extrapolates, ~1.5x too high at c=32 for steps that drafted and steps that did not alike)."""
+    drafting steps' time and, per position, accepted drafts. The depth plan keeps one for pure decode steps
+    (step times, and survival with "time+survival") and one for steps that also prefill (survival only: the
+    step's time there is mostly the chunk's, which the table extrapolates, ~1.5x too high at c=32 for steps
+    that drafted and steps that did not alike; workers/depth_plan.py, "Mixed steps")."""
 
     def __init__(self, plain_stale_steps: int = PLAIN_STALE_STEPS) -> None:
         self._rows: dict[int, _Kinds] = {}
@@ -118,11 +114,6 @@ class PlanCalibration:
         elif not k.plain.ready or self._plain_stale(k):
             plain = spec
         return {"plain_scale": plain, "spec_scale": spec}
-
-    def drafting_scale(self, row: int) -> float:
-        """Observed / predicted seconds of the drafter in the steps that drafted (1 until measured)."""
-        k = self._rows.get(row)
-        return 1.0 if k is None else k.drafting.value(DRAFTING_BOUNDS)
 
     def gain(self, row: int, K: int) -> torch.Tensor:  # [K] scale of each position's survival
         return torch.tensor(self.gain_values(row, K))
@@ -147,9 +138,6 @@ class PlanCalibration:
         k = self._rows.setdefault(row, _Kinds())
         k.spec.add(seconds, predicted_s)
         k.spec_since_plain += 1
-
-    def observe_drafting(self, row: int, seconds: float, predicted_s: float) -> None:
-        self._rows.setdefault(row, _Kinds()).drafting.add(seconds, predicted_s)
 
     def observe_gain(self, row: int, accepted: torch.Tensor, expected: torch.Tensor, verified: torch.Tensor) -> None:
         """One step's verified drafts, summed per position [K]: how many were accepted, the survival the plan

@@ -260,24 +260,21 @@ def test_steps_that_prefill_learn_what_their_drafts_delivered_cut_ones_included(
     assert sum(d for _, d in _plan(av, []).decodes) > 0
 
 
-def test_steps_that_prefill_learn_what_their_drafting_cost():
-    """A catch-up priced spread over the steps a request has left is paid whole by the step that drafts:
-    when every step that also prefills pays its catch-ups whole (the drafter ran as its table says, ~3.7x
-    what the plan priced), after CALIBRATION_MIN_STEPS such steps their plans price drafting at that ratio
-    and stop, while pure decode steps still draft."""
+def test_steps_that_prefill_price_drafting_as_pure_decode_steps_do():
+    """The drafter's seconds in a step that also prefills are not turned into a price ratio: such a step pays
+    a new request's first catch-up whole (its prompt, once), and a ratio of ~3.7x what the plan priced stopped
+    the plan drafting there where fixed k=1 gains (docs/performance.md, 2026-12-06). Even when every such step
+    pays its catch-ups whole, those plans keep drafting."""
     draft = CostTable({**MIXED_DRAFT, (4, 68): 0.025})  # with a catch-up column
     av = _mixed_verifier(0.3, draft, calibrate=True)
     drafted = []
     for _ in range(CALIBRATION_MIN_STEPS + 2):
         depth = max(d for _, d in _plan(av, [PREFILL]).decodes)
         drafted.append(depth)
-        # the requests never catch up for good
         av.catch_ups.step_rows = sum(av.catch_ups.planned.values()) if depth else 0
         draft_s = depth * draft.lookup(3, 3) + av.catch_ups.row_s(av.draft_cost, 3) * av.catch_ups.step_rows
         av.observe_step(0.3 + draft_s, 0.3, draft_s, 4, 515, False, draft_requests=3, draft_depth=depth)
-    assert all(drafted[:CALIBRATION_MIN_STEPS]) and drafted[-1] == 0
-    assert av.mixed_calibration.drafting_scale(MIXED_TABLE.nearest_requests(3)) > 3
-    assert sum(d for _, d in _plan(av, []).decodes) > 0
+    assert all(drafted)
 
 
 def _catch_up_verifier() -> AdaptiveVerifier:

@@ -3,8 +3,8 @@ per position and per request count, neutral until enough steps were seen, and bo
 import pytest
 import torch
 
-from workers.plan_calibration import (CALIBRATION_MIN_STEPS, DRAFTING_BOUNDS, GAIN_BOUNDS, PLAIN_STALE_STEPS,
-                                      TIME_BOUNDS, PlanCalibration)
+from workers.plan_calibration import (CALIBRATION_MIN_STEPS, GAIN_BOUNDS, PLAIN_STALE_STEPS, TIME_BOUNDS,
+                                      PlanCalibration)
 
 NEUTRAL = {"plain_scale": 1.0, "spec_scale": 1.0}
 
@@ -87,18 +87,3 @@ def test_scales_are_bounded():
         cal.observe_gain(1, torch.tensor([5.0]), torch.tensor([1.0]), torch.tensor([1.0]))
     assert cal.scales(1) == {"plain_scale": TIME_BOUNDS[1], "spec_scale": TIME_BOUNDS[0]}
     assert abs(float(cal.gain(1, 1)[0]) - GAIN_BOUNDS[1]) < 1e-6
-
-
-def test_the_drafters_time_ratio_waits_for_enough_steps_and_is_bounded_wider():
-    """A catch-up priced spread but paid whole can cost several times its price: the drafter's ratio may go
-    past the step-time bound, up to DRAFTING_BOUNDS; it is 1 until CALIBRATION_MIN_STEPS steps were seen."""
-    cal = PlanCalibration()
-    assert cal.drafting_scale(32) == 1.0
-    for _ in range(CALIBRATION_MIN_STEPS):
-        assert cal.drafting_scale(32) == 1.0
-        cal.observe_drafting(32, 0.077, 0.025)
-    assert abs(cal.drafting_scale(32) - 0.077 / 0.025) < 1e-9 and cal.drafting_scale(32) > TIME_BOUNDS[1]
-    for _ in range(200):
-        cal.observe_drafting(32, 0.5, 0.025)
-    assert cal.drafting_scale(32) == DRAFTING_BOUNDS[1]
-    assert cal.scales(32) == {"plain_scale": 1.0, "spec_scale": 1.0}  # the step-time ratios are apart
