@@ -81,8 +81,8 @@ class SpecConfig(BaseModel):
     calibrate_plan: PlanCalibrationMode = Field(
         "time", description="Adaptive, draft model: scale the draft-depth plan by how its "
         "predictions fared on the steps it chose (workers/plan_calibration.py). time: the step times of "
-        "drafting and of not drafting (pure decode steps), and in steps that also prefill the drafter's time "
-        "and each position's survival; time+survival: also each position's survival in pure decode steps; "
+        "drafting and of not drafting (pure decode steps), and in steps that also prefill each position's "
+        "survival; time+survival: also each position's survival in pure decode steps; "
         "off: none of these. true/false read as time+survival/off. See docs/performance.md for the A/Bs "
         "behind the default.")
 

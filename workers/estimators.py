@@ -3,9 +3,9 @@ given the earlier ones were; survival = cumulative product (see budget.py). Both
 verification outcomes.
 
 - `LogisticEstimator` (model drafts): per position k, p = sigmoid(w_k . x + b_k) over the draft's features
-  (top-1 probability, top1-top2 margin, entropy), refit by Newton/IRLS with a
-  ridge of 1.0 (with 1e-2, deep positions, labelled only for confident requests, fitted near-separable
-  models: predictions of 0.997 observed 0.75, and the simulator's adaptive lost 6% to fixed k=5). Until
+  (top-1 probability, top1-top2 margin, entropy), refit by Newton/IRLS with a ridge of 1.0 (with 1e-2, deep
+  positions, labelled only for confident requests, fitted near-separable models: predictions of 0.997
+  observed 0.75, and the simulator's adaptive lost 6% to fixed k=5). Until
   it has refit `warmup_refits` times it answers 1.0 for every position, so the policy verifies full drafts
   and its own trimming cannot censor the labels it learns from. Those warm-up refits come every `refit_every`
   verified drafts, so it is ready as soon at c=16 as at c=1; after them, every `refit_every` steps that

@@ -271,6 +271,7 @@ def test_steps_that_prefill_price_drafting_as_pure_decode_steps_do():
     for _ in range(CALIBRATION_MIN_STEPS + 2):
         depth = max(d for _, d in _plan(av, [PREFILL]).decodes)
         drafted.append(depth)
+        # the requests never catch up for good
         av.catch_ups.step_rows = sum(av.catch_ups.planned.values()) if depth else 0
         draft_s = depth * draft.lookup(3, 3) + av.catch_ups.row_s(av.draft_cost, 3) * av.catch_ups.step_rows
         av.observe_step(0.3 + draft_s, 0.3, draft_s, 4, 515, False, draft_requests=3, draft_depth=depth)
