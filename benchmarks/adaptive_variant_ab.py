@@ -18,6 +18,8 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 - `oldrowprice`: the price of a verified row as before 2026-12-05: steps that also prefill price no ragged cost
   (`AdaptiveVerifier.mixed_ragged`), and the target's cost table is the one on disk whose row block was timed
   on a ragged step (`OLD_TABLE_KEY`; the variant refuses to run where that table was never measured).
+- `positionprior`: the depth plan's mean estimate as before 2026-12-06, a running mean over drafted positions
+  (PRIOR_RATE, workers/adaptive.py) rather than balanced over recent requests (workers/request_mean.py).
 - `noguard`: the outlier guard (workers/step_outliers.py) off: every pure decode step refreshes the cost model.
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
   re-measurement changed, apart from the price.
@@ -98,6 +100,8 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.explore_in_open_block = False
     elif part == "oldrowprice":
         engine.adaptive.mixed_ragged = False
+    elif part == "positionprior":
+        engine.adaptive.prior_by_request = False
     elif part == "noguard":
         engine.adaptive.costs.outliers.ratio = float("inf")
     elif part == "alwaysreserve":

@@ -23,6 +23,7 @@ from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
 from workers.online_costs import OnlineTargetCosts
 from workers.plan_calibration import PlanCalibration
 from workers.probes import ProbeSchedule
+from workers.request_mean import RequestBalancedMean
 from workers.warmup_tables import warm_up_tables
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ class AdaptiveVerifier(DepthPlan):
     # whole draft, as before (benchmarks/adaptive_variant_ab.py --variant wholeexplore)
     explore_in_open_block = True
     mixed_ragged = True  # the trim prices the ragged cost in steps that also prefill (budget.py); False for an A/B
+    # the plan's mean estimate balanced over recent requests (workers/request_mean.py); False: the running mean
+    # over drafted positions (PRIOR_RATE), as before 2026-12-06 (adaptive_variant_ab.py --variant positionprior)
+    prior_by_request = True
 
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
                  draft_cost: CostTable | None = None, calibrate: bool = False,
@@ -80,7 +84,8 @@ class AdaptiveVerifier(DepthPlan):
         self.observed_s = 0.0  # every observed step's wall seconds (for `stats`)
         self.idle_plans_held = 0  # plans `_idle_plan_holds` decided without computing
         self.idle_plans_bounded = 0  # plans `_cannot_pay` decided without the search
-        self._prior = torch.ones(estimator.k)  # the running mean of the estimates: what the depth plan reads
+        self._prior = torch.ones(estimator.k)  # the mean estimate per position that the depth plan reads
+        self._request_mean = RequestBalancedMean(estimator.k)  # its source: recent requests' own means
         self.probe = ProbeSchedule()  # one request drafts now and then when none would (workers/probes.py)
         self.catch_ups = CatchUpLedger()  # what each request's draft first feeds, and its price
         self._idle_key: tuple | None = None  # the batch whose last depth plan drafted nothing
@@ -208,12 +213,14 @@ class AdaptiveVerifier(DepthPlan):
         self._idle_key = None  # new estimates: the next depth plan is computed afresh
         K = probs.shape[1]
         drafted = (torch.arange(K)[None, :] < n[:, None]).float()  # [B, K]; the trim calls this only if any is 1
-        count = drafted.sum(0)  # [K]
-        mean = (probs * drafted).sum(0) / count.clamp_min(1)
-        # a running mean, not this step's batch mean (at c=1 that is the request itself), over drafted positions
-        # rather than steps: a step's weight grows with what it drafted (PRIOR_RATE)
-        weight = 1.0 - (1.0 - PRIOR_RATE) ** count  # [K]; 0 where nothing was drafted
-        self._prior = self._prior + weight * (mean - self._prior)
+        if self.prior_by_request:  # workers/request_mean.py
+            self._prior = self._request_mean.add([r.req_id for r, _ in plan.decodes], probs, drafted, self._prior)
+        else:
+            count = drafted.sum(0)  # [K]
+            mean = (probs * drafted).sum(0) / count.clamp_min(1)
+            # a running mean over drafted positions: a step's weight grows with what it drafted (PRIOR_RATE)
+            weight = 1.0 - (1.0 - PRIOR_RATE) ** count  # [K]; 0 where nothing was drafted
+            self._prior = self._prior + weight * (mean - self._prior)
         self.catch_ups.drafted(plan.decodes, depths)
 
     def forget(self, req_id: str) -> None:
