@@ -240,7 +240,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard")
+         "oldrowprice", "oldtable", "noguard", "positionprior")
 
 
 def _variants(text: str) -> list[str]:
