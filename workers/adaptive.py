@@ -214,7 +214,9 @@ class AdaptiveVerifier(DepthPlan):
         K = probs.shape[1]
         drafted = (torch.arange(K)[None, :] < n[:, None]).float()  # [B, K]; the trim calls this only if any is 1
         if self.prior_by_request:  # workers/request_mean.py
-            self._prior = self._request_mean.add([r.req_id for r, _ in plan.decodes], probs, drafted, self._prior)
+            if self.estimator_ready:  # not its warm-up's placeholder 1.0s: they stayed in requests' means
+                self._prior = self._request_mean.add([r.req_id for r, _ in plan.decodes], probs, drafted,
+                                                     self._prior)
         else:
             count = drafted.sum(0)  # [K]
             mean = (probs * drafted).sum(0) / count.clamp_min(1)
