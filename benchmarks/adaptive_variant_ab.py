@@ -18,8 +18,6 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 - `oldrowprice`: the price of a verified row as before 2026-12-05: steps that also prefill price no ragged cost
   (`AdaptiveVerifier.mixed_ragged`), and the target's cost table is the one on disk whose row block was timed
   on a ragged step (`OLD_TABLE_KEY`; the variant refuses to run where that table was never measured).
-- `positionprior`: the depth plan's mean estimate as before 2026-12-06, a running mean over drafted positions
-  (PRIOR_RATE, workers/adaptive.py) rather than balanced over recent requests (workers/request_mean.py).
 - `noguard`: the outlier guard (workers/step_outliers.py) off: every pure decode step refreshes the cost model.
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
   re-measurement changed, apart from the price.
@@ -48,7 +46,9 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 policy: its results in docs/performance.md, "The split by context", were run at a1c14bb and earlier. So were
 `nomixedscale`, the depth plan's drafter ratio in steps that also prefill not applied, and `firstwhole`, that
 ratio with a request's first catch-up predicted whole: run at 6d09a97 and before, that ratio was then taken
-out; docs/performance.md, "2026-12-06, second session".)
+out; docs/performance.md, "2026-12-06, second session". `positionprior`, the running mean over drafted positions
+against a mean balanced over recent requests, ran at 2d6b45b-667fd82; the balanced mean was then taken out:
+"2026-12-06, third session".)
 """
 from __future__ import annotations
 
@@ -100,8 +100,6 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.explore_in_open_block = False
     elif part == "oldrowprice":
         engine.adaptive.mixed_ragged = False
-    elif part == "positionprior":
-        engine.adaptive.prior_by_request = False
     elif part == "noguard":
         engine.adaptive.costs.outliers.ratio = float("inf")
     elif part == "alwaysreserve":
@@ -240,7 +238,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard", "positionprior")
+         "oldrowprice", "oldtable", "noguard")
 
 
 def _variants(text: str) -> list[str]:

@@ -23,7 +23,6 @@ from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
 from workers.online_costs import OnlineTargetCosts
 from workers.plan_calibration import PlanCalibration
 from workers.probes import ProbeSchedule
-from workers.request_mean import RequestBalancedMean
 from workers.warmup_tables import warm_up_tables
 
 if TYPE_CHECKING:
@@ -44,6 +43,10 @@ EXPLORE_EVERY = 8
 # no speculation; ad-hoc log, not committed) probes' position-1 estimates averaged ~0.31, the drafts of the
 # whole batch ~0.17, and the mean stayed ~0.33, so steps that also prefill drafted ~20 requests at a time, of
 # which the trim kept 1-2 (203 drafted, 37 verified, 20 accepted against 55.8 counted on).
+# A mean balanced over the last 16 requests that drafted (each weighing its drafted positions up to 8, so probes
+# of one request could not hold it) was tried on 2026-12-06 and taken out: at the trained draft, repetitive c=32,
+# it drafted whole batches where this rule stays idle, 6 of 6 interleaved cycles below it (-0.8 to -7.0%; ShareGPT
+# c=4 +1.5%, c=16 within noise; docs/performance.md, "2026-12-06, third session").
 PRIOR_RATE = 0.1
 # The trim verifies every drafted position without searching when those rows cost no more than its search does
 # (its host time, a running mean at this rate): the search cannot save more than the rows. It took ~0.2 ms (numpy
@@ -64,9 +67,6 @@ class AdaptiveVerifier(DepthPlan):
     # whole draft, as before (benchmarks/adaptive_variant_ab.py --variant wholeexplore)
     explore_in_open_block = True
     mixed_ragged = True  # the trim prices the ragged cost in steps that also prefill (budget.py); False for an A/B
-    # the plan's mean estimate balanced over recent requests (workers/request_mean.py); False: the running mean
-    # over drafted positions (PRIOR_RATE), as before 2026-12-06 (adaptive_variant_ab.py --variant positionprior)
-    prior_by_request = True
 
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
                  draft_cost: CostTable | None = None, calibrate: bool = False,
@@ -84,8 +84,7 @@ class AdaptiveVerifier(DepthPlan):
         self.observed_s = 0.0  # every observed step's wall seconds (for `stats`)
         self.idle_plans_held = 0  # plans `_idle_plan_holds` decided without computing
         self.idle_plans_bounded = 0  # plans `_cannot_pay` decided without the search
-        self._prior = torch.ones(estimator.k)  # the mean estimate per position that the depth plan reads
-        self._request_mean = RequestBalancedMean(estimator.k)  # its source: recent requests' own means
+        self._prior = torch.ones(estimator.k)  # the running mean of the estimates: what the depth plan reads
         self.probe = ProbeSchedule()  # one request drafts now and then when none would (workers/probes.py)
         self.catch_ups = CatchUpLedger()  # what each request's draft first feeds, and its price
         self._idle_key: tuple | None = None  # the batch whose last depth plan drafted nothing
@@ -213,16 +212,12 @@ class AdaptiveVerifier(DepthPlan):
         self._idle_key = None  # new estimates: the next depth plan is computed afresh
         K = probs.shape[1]
         drafted = (torch.arange(K)[None, :] < n[:, None]).float()  # [B, K]; the trim calls this only if any is 1
-        if self.prior_by_request:  # workers/request_mean.py
-            if self.estimator_ready:  # not its warm-up's placeholder 1.0s: they stayed in requests' means
-                self._prior = self._request_mean.add([r.req_id for r, _ in plan.decodes], probs, drafted,
-                                                     self._prior)
-        else:
-            count = drafted.sum(0)  # [K]
-            mean = (probs * drafted).sum(0) / count.clamp_min(1)
-            # a running mean over drafted positions: a step's weight grows with what it drafted (PRIOR_RATE)
-            weight = 1.0 - (1.0 - PRIOR_RATE) ** count  # [K]; 0 where nothing was drafted
-            self._prior = self._prior + weight * (mean - self._prior)
+        count = drafted.sum(0)  # [K]
+        mean = (probs * drafted).sum(0) / count.clamp_min(1)
+        # a running mean, not this step's batch mean (at c=1 that is the request itself), over drafted positions
+        # rather than steps: a step's weight grows with what it drafted (PRIOR_RATE)
+        weight = 1.0 - (1.0 - PRIOR_RATE) ** count  # [K]; 0 where nothing was drafted
+        self._prior = self._prior + weight * (mean - self._prior)
         self.catch_ups.drafted(plan.decodes, depths)
 
     def forget(self, req_id: str) -> None:

@@ -64,30 +64,15 @@ def _probe_gaps(av: AdaptiveVerifier, req, plans: int) -> list[int]:
 
 def test_a_request_whose_last_draft_looked_bad_is_planned_from_the_running_mean_alone():
     """Its last estimates (about last step's token) are no guide to its next draft (adaptive.py, `_prior`):
-    a draft rated 0 weighs one position among the recent requests' (workers/request_mean.py), and the next plan
-    drafts where that mean pays."""
+    a draft rated 0 moves the running mean by PRIOR_RATE, and the next plan drafts where that mean pays."""
     av, req = _verifier(prior=0.2)
-    others = [f"o{i}" for i in range(15)]  # 15 requests drafted 8 positions each at 0.2
-    for _ in range(8):
-        av._prior = av._request_mean.add(others, torch.full((15, 7), 0.2), torch.ones(15, 7), av._prior)
     assert _depth(av, req) == 1
     av.estimator.predict = lambda f: torch.zeros(f.shape[:2])
     proposal = SimpleNamespace(features=torch.zeros(1, 7, 3), num_drafts=torch.tensor([1]))
     av.trim(proposal, ScheduledStep(decodes=[(req, 1)]))
     assert proposal.num_drafts.tolist() == [0]  # the trim reads the draft's own estimate
-    assert abs(float(av._prior[0]) - 24 / 121) < 1e-6 and torch.allclose(av._prior[1:], torch.tensor(0.2))
-    assert _depth(av, req) == 1  # ~0.198 pays (one position pays above ~0.11); halfway to 0 (0.09) did not
-
-
-def test_the_running_mean_before_2026_12_06_moved_by_prior_rate_per_position():
-    """`prior_by_request` False (adaptive_variant_ab.py's `positionprior`): a draft rated 0 moves the mean by
-    PRIOR_RATE."""
-    av, req = _verifier(prior=0.2)
-    av.prior_by_request = False
-    av.estimator.predict = lambda f: torch.zeros(f.shape[:2])
-    av.trim(SimpleNamespace(features=torch.zeros(1, 7, 3), num_drafts=torch.tensor([1])),
-            ScheduledStep(decodes=[(req, 1)]))
-    assert abs(float(av._prior[0]) - 0.2 * (1 - adaptive_module.PRIOR_RATE)) < 1e-6 and av._prior[1:].eq(0.2).all()
+    assert abs(float(av._prior[0]) - 0.18) < 1e-6 and av._prior[1:].eq(0.2).all()
+    assert _depth(av, req) == 1  # 0.18 pays (one position pays above ~0.11); halfway to 0 (0.09) did not
 
 
 def test_a_request_planned_at_depth_zero_is_probed_ever_less_often():
