@@ -46,7 +46,7 @@ EXPLORE_EVERY = 8
 # A mean balanced over the last 16 requests that drafted (each weighing its drafted positions up to 8, so probes
 # of one request could not hold it) was tried on 2026-12-06 and taken out: at the trained draft, repetitive c=32,
 # it drafted whole batches where this rule stays idle, 6 of 6 interleaved cycles below it (-0.8 to -7.0%; ShareGPT
-# c=4 +1.5%, c=16 within noise; docs/performance.md, "2026-12-06, third session").
+# c=4 -1.0, +1.6, +1.4%, c=16 within noise; docs/performance.md, "2026-12-06, third session").
 PRIOR_RATE = 0.1
 # The trim verifies every drafted position without searching when those rows cost no more than its search does
 # (its host time, a running mean at this rate): the search cannot save more than the rows. It took ~0.2 ms (numpy
