@@ -19,6 +19,8 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   (`AdaptiveVerifier.mixed_ragged`), and the target's cost table is the one on disk whose row block was timed
   on a ragged step (`OLD_TABLE_KEY`; the variant refuses to run where that table was never measured).
 - `noguard`: the outlier guard (workers/step_outliers.py) off: every pure decode step refreshes the cost model.
+- `norelax`: the depth plan's running mean stays where it is while nothing drafts (moved only by probes), as
+  before the slow means (workers/slow_means.py).
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
   re-measurement changed, apart from the price.
 - `cap2`, `cap4` (any `capD`): verifies what adaptive's trim chose, but at most D drafts per request. At n-gram
@@ -102,6 +104,8 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.mixed_ragged = False
     elif part == "noguard":
         engine.adaptive.costs.outliers.ratio = float("inf")
+    elif part == "norelax":
+        engine.adaptive.slow_means.relaxed = lambda row, prior, idle_plans: prior
     elif part == "alwaysreserve":
         engine.scheduler.cap_only_cut = False
     elif part in ("verifynone", "mixedverifynone"):
@@ -238,7 +242,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard")
+         "oldrowprice", "oldtable", "noguard", "norelax")
 
 
 def _variants(text: str) -> list[str]:

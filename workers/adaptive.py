@@ -23,6 +23,7 @@ from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
 from workers.online_costs import OnlineTargetCosts
 from workers.plan_calibration import PlanCalibration
 from workers.probes import ProbeSchedule
+from workers.slow_means import SlowMeans
 from workers.warmup_tables import warm_up_tables
 
 if TYPE_CHECKING:
@@ -85,6 +86,8 @@ class AdaptiveVerifier(DepthPlan):
         self.idle_plans_held = 0  # plans `_idle_plan_holds` decided without computing
         self.idle_plans_bounded = 0  # plans `_cannot_pay` decided without the search
         self._prior = torch.ones(estimator.k)  # the running mean of the estimates: what the depth plan reads
+        self.slow_means = SlowMeans()  # per request count, what `_prior` relaxes toward while nothing drafts
+        self._idle_since = 0  # idle depth plans since `_prior` last relaxed
         self.probe = ProbeSchedule()  # one request drafts now and then when none would (workers/probes.py)
         self.catch_ups = CatchUpLedger()  # what each request's draft first feeds, and its price
         self._idle_key: tuple | None = None  # the batch whose last depth plan drafted nothing
@@ -218,6 +221,7 @@ class AdaptiveVerifier(DepthPlan):
         # rather than steps: a step's weight grows with what it drafted (PRIOR_RATE)
         weight = 1.0 - (1.0 - PRIOR_RATE) ** count  # [K]; 0 where nothing was drafted
         self._prior = self._prior + weight * (mean - self._prior)
+        self.slow_means.observe(self.cost.nearest_requests(len(plan.decodes)), mean, count, self._prior)
         self.catch_ups.drafted(plan.decodes, depths)
 
     def forget(self, req_id: str) -> None:

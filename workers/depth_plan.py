@@ -79,6 +79,8 @@ class DepthPlan:
         depths = [d for _, d in plan.decodes]
         # `calibration`: pure decode steps; steps that also prefill: `mixed_calibration` ("Mixed steps" above)
         calibrated, row = self.calibrate and not plan.prefills, self.cost.nearest_requests(len(reqs))
+        if self._idle_since:  # the longer nothing drafted, the less its last estimates say (workers/slow_means.py)
+            self._prior, self._idle_since = self.slow_means.relaxed(row, self._prior, self._idle_since), 0
         self.catch_ups.clear()
         planning = self.draft_cost is not None and self.estimator_ready
         if planning:
@@ -118,6 +120,7 @@ class DepthPlan:
                                              **(self.calibration.scales(row) if calibrated else {}))
                 caps = chosen.lengths
                 drafts = bool(caps.any())
+                self._idle_since += not drafts
                 if calibrated and drafts:  # the step pays its catch-ups whole: so does the prediction
                     unpaid = float(((catch_up_s - amortised) * (caps > 0)).sum())
                     self._planned = (row, chosen.seconds + unpaid, scores)
@@ -179,6 +182,7 @@ class DepthPlan:
         15-20 us after a forward has evicted the host's caches (a computed idle plan was ~0.5 ms at c=32 on this
         CPU, ~0.1 ms of it these ops)."""
         probe = self._choose_probe(False, depths, extra, step)
+        self._idle_since += 1
         plan.decodes = [(r, int(i == probe)) for i, r in enumerate(reqs)]
         if probe is not None and calibrated:
             self._planned = self._probe_planned(row, len(reqs), survival(self._prior.expand(len(reqs), -1),
@@ -214,6 +218,7 @@ class DepthPlan:
         if self._idle_key != (tuple(r.req_id for r in reqs), bool(plan.prefills)):
             return False
         self._idle_plans += 1
+        self._idle_since += 1
         self.probe.since += 1
         self.catch_ups.clear()
         self.idle_plans_held += 1
