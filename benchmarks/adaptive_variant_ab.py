@@ -219,6 +219,9 @@ def main() -> None:
                     help="requests per slot in the timed window (the grid's 2; more: closer to a steady state)")
     ap.add_argument("--fresh-prompts", action="store_true",
                     help="each cycle its own prompt sample (benchmarks/point_variance.py)")
+    ap.add_argument("--seed", type=int, default=0, help="the prompt sample (with --fresh-prompts, cycle i serves "
+                    "seed + i) and the warm-up's (seed + 1000), as benchmarks/adaptive_engine.py --seed")
+    ap.add_argument("--min-requests", type=int, default=8, help="timed requests per point at least (the grid's 16)")
     ap.add_argument("--tag", default="", help="put into the default JSON name")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -232,13 +235,14 @@ def main() -> None:
             _rows_priced(engine, float(part[5:]))
         else:
             _without(engine, part)
-        bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, 0)  # run_bench takes this engine for the variant
+        bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, args.seed)  # run_bench takes it for the variant
         modes.append(mode)
     point = f"{args.method}_{args.workload}_c{args.concurrency}"
     tag = f"_{args.tag}" if args.tag else ""
     out = Path(args.out or f"benchmarks/results/variant_ab_{'_'.join(args.variant)}_{point}{tag}_cpu.json")
     run_point(args.method, args.workload, args.concurrency, args.cycles, [int(k) for k in args.fixed.split(",")], 48,
-              args.per_slot, out, interleave=1, variants=tuple(modes), fresh_prompts=args.fresh_prompts)
+              args.per_slot, out, interleave=1, variants=tuple(modes), fresh_prompts=args.fresh_prompts, seed=args.seed,
+              min_requests=args.min_requests)
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",

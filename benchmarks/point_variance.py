@@ -139,15 +139,17 @@ def main() -> None:
 
 def run_point(method: str, workload: str, c: int, cycles: int, fixed: list[int], max_tokens: int, per_slot: int,
               out: Path, placebo_k: int | None = None, interleave: int = 0, grid_repeat: int = GRID_REPEAT,
-              variants: tuple[str, ...] = (), fresh_prompts: bool = False) -> None:
+              variants: tuple[str, ...] = (), fresh_prompts: bool = False, seed: int = 0,
+              min_requests: int = 8) -> None:
     adaptive = f"{method}:7:adaptive"
     placebo = f"{method}:{placebo_k}#placebo" if placebo_k else None
     modes = ["off"] + [f"{method}:{k}" for k in fixed] + [adaptive] + ([placebo] if placebo else []) + list(variants)
-    rows = run_bench([workload], [c], modes, 7, max_tokens, [], per_slot, 0, "auto", None, repeat=cycles,
-                     kv_cache_memory_gb=0.5, sustained=True, min_requests=8, interleave=interleave,
+    rows = run_bench([workload], [c], modes, 7, max_tokens, [], per_slot, seed, "auto", None, repeat=cycles,
+                     kv_cache_memory_gb=0.5, sustained=True, min_requests=min_requests, interleave=interleave,
                      fresh_prompts=fresh_prompts)
     samples = {m: r.samples_tokens_per_s for m, r in zip(modes, rows)}
-    result = {"point": {"method": method, "workload": workload, "concurrency": c}, "cycles": cycles,
+    result = {"point": {"method": method, "workload": workload, "concurrency": c}, "cycles": cycles, "seed": seed,
+              "min_requests": min_requests,
               "interleave": interleave, "max_tokens": max_tokens, "per_slot": per_slot, "fresh_prompts": fresh_prompts,
               "samples_tokens_per_s": samples,
               **analyse(samples, adaptive, placebo, grid_repeat, variants)}
