@@ -19,6 +19,8 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   (`AdaptiveVerifier.mixed_ragged`), and the target's cost table is the one on disk whose row block was timed
   on a ragged step (`OLD_TABLE_KEY`; the variant refuses to run where that table was never measured).
 - `noguard`: the outlier guard (workers/step_outliers.py) off: every pure decode step refreshes the cost model.
+- `placebo`: nothing taken out: the variant engine is adaptive as is, built and warmed before the others (as
+  every variant is). Against adaptive it reads what being the variant engine is worth by itself.
 - `norelax`: the depth plan's running mean stays where it is while nothing drafts (moved only by probes), as
   before the slow means (workers/slow_means.py).
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
@@ -104,6 +106,8 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.mixed_ragged = False
     elif part == "noguard":
         engine.adaptive.costs.outliers.ratio = float("inf")
+    elif part == "placebo":
+        pass
     elif part == "norelax":
         engine.adaptive.slow_means.relaxed = lambda row, prior, idle_plans: prior
     elif part == "alwaysreserve":
@@ -246,7 +250,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard", "norelax")
+         "oldrowprice", "oldtable", "noguard", "norelax", "placebo")
 
 
 def _variants(text: str) -> list[str]:

@@ -5,9 +5,9 @@ The depth plan reads one running mean of the estimates (`AdaptiveVerifier._prior
 When it dips below what drafting needs, the plan drafts nothing, so nothing moves it but a probe's one
 position at a time: the dip stays while the requests that caused it, and the next ones, go undrafted. Measured
 at the trained draft, ShareGPT c=1, prompt sample 4, the grid's 9 configurations interleaved (ad-hoc
-`c1_trace.py`, not committed): the mean dipped to 0.155-0.17 for position 1, and four requests in a row drafted
-in 1 of 28, 1 of 65 and 19 of 67 plans (174 of 585 plans idle) while drafted positions were accepted at 0.35;
-adaptive read 1.089x of no speculation against fixed k=2's 1.109x.
+`c1_trace.py`, not committed): position 1's running mean read 0.173 or less in a tenth of the plans, and four
+requests in a row drafted in 27 of 49, 1 of 28, 1 of 65 and 19 of 67 plans (174 of 585 plans idle) while drafted
+positions were accepted at 0.35; adaptive read 1.089x of no speculation against fixed k=2's 1.109x.
 A request's last estimates say little about its next draft (the Brier scores in workers/depth_plan.py: a
 constant beat the last estimate), so the longer nothing drafts, the less the dip is worth: each idle plan moves
 the running mean IDLE_RELAX of the way to the slow mean of its request count (SLOW_RATE per drafted position,
