@@ -21,20 +21,12 @@ import torch
 SLOW_RATE = 0.03
 IDLE_RELAX = 0.1
 SLOW_MIN_POSITIONS = 20  # position-1 drafts a request count's slow mean needs before the plan relaxes to it
-DRAFTING_RATE = 0.02  # per depth plan (~50 plans)
-DRAFTING_SHARE_MIN = 0.5
 
 
 class SlowMeans:
     def __init__(self) -> None:
         self._means: dict[int, torch.Tensor] = {}  # cost-table row -> [K]
         self._seen: dict[int, int] = {}  # row -> drafts counted at position 1
-        self._drafting: dict[int, float] = {}  # row -> share of recent depth plans that drafted (DRAFTING_RATE)
-
-    def note_plan(self, row: int, drafted: bool) -> None:
-        """A depth plan at `row` drafted on its own (a probe does not count) or not."""
-        share = self._drafting.get(row, 0.0)
-        self._drafting[row] = share + DRAFTING_RATE * (drafted - share)
 
     def observe(self, row: int, mean: torch.Tensor, count: torch.Tensor, start: torch.Tensor) -> None:
         """A step's mean estimate per position (`mean` [K]) over its `count` [K] drafted positions; a request
@@ -47,11 +39,9 @@ class SlowMeans:
         self._seen[row] += int(count[0])
 
     def relaxed(self, row: int, prior: torch.Tensor, idle_plans: int) -> torch.Tensor:
-        """`prior` [K] moved toward `row`'s slow mean as `idle_plans` idle plans move it; unchanged until that
-        mean has seen SLOW_MIN_POSITIONS drafts, and where fewer than DRAFTING_SHARE_MIN of the recent plans
-        drafted (where nothing pays but probes, an idle plan is no dip)."""
+        """`prior` [K] moved toward `row`'s slow mean as `idle_plans` idle plans move it (unchanged until that
+        mean has seen SLOW_MIN_POSITIONS drafts)."""
         slow = self._means.get(row)
-        if (slow is None or idle_plans <= 0 or self._seen[row] < SLOW_MIN_POSITIONS
-                or self._drafting.get(row, 0.0) < DRAFTING_SHARE_MIN):
+        if slow is None or idle_plans <= 0 or self._seen[row] < SLOW_MIN_POSITIONS:
             return prior
         return prior + (1.0 - (1.0 - IDLE_RELAX) ** idle_plans) * (slow - prior)

@@ -640,17 +640,14 @@ def test_a_step_whose_trim_cut_the_planned_drafts_does_not_calibrate_the_depth_p
 
 def test_while_nothing_drafts_the_running_mean_relaxes_toward_the_slow_mean_of_its_request_count():
     """A running mean that dipped below what pays keeps a plan idle but for probes; the slow mean of the
-    request count (workers/slow_means.py), once it has seen enough drafts where most plans drafted, draws it back
-    within a few plans."""
+    request count (workers/slow_means.py), once it has seen enough drafts, draws it back within a few plans."""
     from workers.slow_means import SLOW_MIN_POSITIONS
 
     depths = {}
     for seen in (SLOW_MIN_POSITIONS - 1, SLOW_MIN_POSITIONS):
         av, req = _verifier(prior=0.01)
-        row = TARGET.nearest_requests(1)
-        av.slow_means.observe(row, torch.full((7,), 0.3), torch.full((7,), float(seen)), torch.full((7,), 0.3))
-        for _ in range(60):  # the plans at c=1 drafted until the mean dipped
-            av.slow_means.note_plan(row, True)
+        av.slow_means.observe(TARGET.nearest_requests(1), torch.full((7,), 0.3), torch.full((7,), float(seen)),
+                              torch.full((7,), 0.3))
         depths[seen] = [_depth(av, req) for _ in range(PROBE_EVERY + 6)]
     assert sum(depths[SLOW_MIN_POSITIONS - 1]) == 1  # one probe, else idle
     assert depths[SLOW_MIN_POSITIONS][0] == 0 and all(depths[SLOW_MIN_POSITIONS][-5:])

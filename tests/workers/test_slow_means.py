@@ -2,7 +2,7 @@
 (workers/slow_means.py)."""
 import torch
 
-from workers.slow_means import DRAFTING_RATE, DRAFTING_SHARE_MIN, IDLE_RELAX, SLOW_MIN_POSITIONS, SLOW_RATE, SlowMeans
+from workers.slow_means import IDLE_RELAX, SLOW_MIN_POSITIONS, SLOW_RATE, SlowMeans
 
 
 def test_a_request_count_seen_first_starts_from_the_running_mean_where_nothing_was_drafted():
@@ -14,18 +14,9 @@ def test_a_request_count_seen_first_starts_from_the_running_mean_where_nothing_w
     assert slow._seen[4] == 2 and 1 not in slow._means  # one mean per request count
 
 
-def _drafting_plans_to_share_min() -> int:
-    share, plans = 0.0, 0
-    while share < DRAFTING_SHARE_MIN:
-        share, plans = share + DRAFTING_RATE * (1 - share), plans + 1
-    return plans
-
-
 def test_an_idle_plan_moves_the_prior_toward_its_request_counts_slow_mean_once_it_has_seen_enough():
     slow, prior = SlowMeans(), torch.full((3,), 0.1)
     slow.observe(1, torch.full((3,), 0.4), torch.full((3,), SLOW_MIN_POSITIONS - 1.0), torch.full((3,), 0.4))
-    for _ in range(_drafting_plans_to_share_min()):
-        slow.note_plan(1, True)
     assert slow.relaxed(1, prior, 8) is prior  # too few drafts behind that mean
     assert slow.relaxed(2, prior, 8) is prior  # no mean for that request count
     slow.observe(1, torch.full((3,), 0.4), torch.ones(3), torch.full((3,), 0.4))
@@ -33,18 +24,3 @@ def test_an_idle_plan_moves_the_prior_toward_its_request_counts_slow_mean_once_i
     expected = 0.1 + (1 - (1 - IDLE_RELAX) ** 8) * (0.4 - 0.1)
     assert torch.allclose(slow.relaxed(1, prior, 8), torch.full((3,), expected))
 
-
-def test_where_most_recent_plans_were_idle_an_idle_plan_is_no_dip():
-    """A request count where the plan drafts less than DRAFTING_SHARE_MIN of the time (probes alone, where
-    nothing pays) keeps its running mean as it is."""
-    slow, prior = SlowMeans(), torch.full((3,), 0.1)
-    slow.observe(32, torch.full((3,), 0.4), torch.full((3,), float(SLOW_MIN_POSITIONS)), torch.full((3,), 0.4))
-    needed = _drafting_plans_to_share_min()
-    for _ in range(needed - 1):
-        slow.note_plan(32, True)
-    assert slow.relaxed(32, prior, 8) is prior
-    slow.note_plan(32, True)
-    assert float(slow.relaxed(32, prior, 8)[0]) > 0.1
-    for _ in range(40):  # then the plans go idle
-        slow.note_plan(32, False)
-    assert slow.relaxed(32, prior, 8) is prior
