@@ -21,8 +21,6 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 - `noguard`: the outlier guard (workers/step_outliers.py) off: every pure decode step refreshes the cost model.
 - `placebo`: nothing taken out: the variant engine is adaptive as is, built and warmed before the others (as
   every variant is). Against adaptive it reads what being the variant engine is worth by itself.
-- `norelax`: the depth plan's running mean stays where it is while nothing drafts (moved only by probes), as
-  before the slow means (workers/slow_means.py).
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
   re-measurement changed, apart from the price.
 - `cap2`, `cap4` (any `capD`): verifies what adaptive's trim chose, but at most D drafts per request. At n-gram
@@ -52,7 +50,9 @@ policy: its results in docs/performance.md, "The split by context", were run at 
 ratio with a request's first catch-up predicted whole: run at 6d09a97 and before, that ratio was then taken
 out; docs/performance.md, "2026-12-06, second session". `positionprior`, the running mean over drafted positions
 against a mean balanced over recent requests, ran at 2d6b45b-667fd82; the balanced mean was then taken out:
-"2026-12-06, third session".)
+"2026-12-06, third session". `norelax`, the running mean left as it is while nothing drafts, against one that
+relaxes toward a slow mean per request count, ran at 7ed764f-73c77ea; the relaxation was then taken out:
+"2026-12-06, fourth session".)
 """
 from __future__ import annotations
 
@@ -108,8 +108,6 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.costs.outliers.ratio = float("inf")
     elif part == "placebo":
         pass
-    elif part == "norelax":
-        engine.adaptive.slow_means.relaxed = lambda row, prior, idle_plans: prior
     elif part == "alwaysreserve":
         engine.scheduler.cap_only_cut = False
     elif part in ("verifynone", "mixedverifynone"):
@@ -250,7 +248,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard", "norelax", "placebo")
+         "oldrowprice", "oldtable", "noguard", "placebo")
 
 
 def _variants(text: str) -> list[str]:

@@ -23,7 +23,6 @@ from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
 from workers.online_costs import OnlineTargetCosts
 from workers.plan_calibration import PlanCalibration
 from workers.probes import ProbeSchedule
-from workers.slow_means import SlowMeans
 from workers.warmup_tables import warm_up_tables
 
 if TYPE_CHECKING:
@@ -47,7 +46,9 @@ EXPLORE_EVERY = 8
 # A mean balanced over the last 16 requests that drafted (each weighing its drafted positions up to 8, so probes
 # of one request could not hold it) was tried on 2026-12-06 and taken out: at the trained draft, repetitive c=32,
 # it drafted whole batches where this rule stays idle, 6 of 6 interleaved cycles below it (-0.8 to -7.0%; ShareGPT
-# c=4 -1.0, +1.6, +1.4%, c=16 within noise; docs/performance.md, "2026-12-06, third session").
+# c=4 -1.0, +1.6, +1.4%, c=16 within noise; docs/performance.md, "2026-12-06, third session"). Moving it, while
+# nothing drafts, toward a slower mean per request count (a dip then outlives the requests it came from) was
+# taken out too: +1.6% on the one ShareGPT c=1 sample with such a dip, nothing elsewhere ("fourth session").
 PRIOR_RATE = 0.1
 # The trim verifies every drafted position without searching when those rows cost no more than its search does
 # (its host time, a running mean at this rate): the search cannot save more than the rows. It took ~0.2 ms (numpy
@@ -86,8 +87,6 @@ class AdaptiveVerifier(DepthPlan):
         self.idle_plans_held = 0  # plans `_idle_plan_holds` decided without computing
         self.idle_plans_bounded = 0  # plans `_cannot_pay` decided without the search
         self._prior = torch.ones(estimator.k)  # the running mean of the estimates: what the depth plan reads
-        self.slow_means = SlowMeans()  # per request count, what `_prior` relaxes toward while nothing drafts
-        self._idle_since = 0  # idle depth plans since `_prior` last relaxed
         self.probe = ProbeSchedule()  # one request drafts now and then when none would (workers/probes.py)
         self.catch_ups = CatchUpLedger()  # what each request's draft first feeds, and its price
         self._idle_key: tuple | None = None  # the batch whose last depth plan drafted nothing
@@ -221,7 +220,6 @@ class AdaptiveVerifier(DepthPlan):
         # rather than steps: a step's weight grows with what it drafted (PRIOR_RATE)
         weight = 1.0 - (1.0 - PRIOR_RATE) ** count  # [K]; 0 where nothing was drafted
         self._prior = self._prior + weight * (mean - self._prior)
-        self.slow_means.observe(self.cost.nearest_requests(len(plan.decodes)), mean, count, self._prior)
         self.catch_ups.drafted(plan.decodes, depths)
 
     def forget(self, req_id: str) -> None:

@@ -79,8 +79,6 @@ class DepthPlan:
         depths = [d for _, d in plan.decodes]
         # `calibration`: pure decode steps; steps that also prefill: `mixed_calibration` ("Mixed steps" above)
         calibrated, row = self.calibrate and not plan.prefills, self.cost.nearest_requests(len(reqs))
-        if self._idle_since:  # the longer nothing drafted, the less its last estimates say (workers/slow_means.py)
-            self._prior, self._idle_since = self.slow_means.relaxed(row, self._prior, self._idle_since), 0
         self.catch_ups.clear()
         planning = self.draft_cost is not None and self.estimator_ready
         if planning:
@@ -120,7 +118,6 @@ class DepthPlan:
                                              **(self.calibration.scales(row) if calibrated else {}))
                 caps = chosen.lengths
                 drafts = bool(caps.any())
-                self._note_plan(drafts)
                 if calibrated and drafts:  # the step pays its catch-ups whole: so does the prediction
                     unpaid = float(((catch_up_s - amortised) * (caps > 0)).sum())
                     self._planned = (row, chosen.seconds + unpaid, scores)
@@ -182,7 +179,6 @@ class DepthPlan:
         15-20 us after a forward has evicted the host's caches (a computed idle plan was ~0.5 ms at c=32 on this
         CPU, ~0.1 ms of it these ops)."""
         probe = self._choose_probe(False, depths, extra, step)
-        self._note_plan(False)
         plan.decodes = [(r, int(i == probe)) for i, r in enumerate(reqs)]
         if probe is not None and calibrated:
             self._planned = self._probe_planned(row, len(reqs), survival(self._prior.expand(len(reqs), -1),
@@ -218,7 +214,6 @@ class DepthPlan:
         if self._idle_key != (tuple(r.req_id for r in reqs), bool(plan.prefills)):
             return False
         self._idle_plans += 1
-        self._note_plan(False)
         self.probe.since += 1
         self.catch_ups.clear()
         self.idle_plans_held += 1
@@ -235,16 +230,11 @@ class DepthPlan:
             return False
         key, caps, planned, prior, count = held
         self._held = (key, caps, planned, prior, count + 1)
-        self._note_plan(True)
         self.catch_ups.note(reqs)
         self._planned = planned
         self.probe.reset()  # as a plan that drafts does
         plan.decodes = [(r, min(d, c)) for (r, d), c in zip(plan.decodes, caps.tolist())]
         return True
-
-    def _note_plan(self, drafted: bool) -> None:
-        """Count idle depth plans for the slow means' relaxation (workers/slow_means.py)."""
-        self._idle_since = 0 if drafted else self._idle_since + 1
 
     def _choose_probe(self, drafts: bool, n: list[int], extra: list[int], step: tuple[int, int]) -> int | None:
         """The request to probe this step, if one is due (`ProbeSchedule.choose`)."""

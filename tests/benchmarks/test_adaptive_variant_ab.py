@@ -39,8 +39,9 @@ def test_variants_are_parsed_from_a_comma_list():
     assert _variants("cap2,perrequest,noexplore") == ["cap2", "perrequest", "noexplore"]
     assert _variants("uniformcap,rowsx2,rowsx1.5") == ["uniformcap", "rowsx2", "rowsx1.5"]
     assert _variants("cap3mixed,cap3pure") == ["cap3mixed", "cap3pure"]
+    assert _variants("placebo,noguard") == ["placebo", "noguard"]  # placebo: the variant slot by itself
     with pytest.raises(argparse.ArgumentTypeError):
         _variants("cap,x")
-    for bad in ("rowsx", "cap3both"):
+    for bad in ("rowsx", "cap3both", "norelax"):  # norelax: taken out with the relaxation it read
         with pytest.raises(argparse.ArgumentTypeError):
             _variants(bad)

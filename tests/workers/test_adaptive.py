@@ -636,18 +636,3 @@ def test_a_step_whose_trim_cut_the_planned_drafts_does_not_calibrate_the_depth_p
     assert proposal.num_drafts.tolist() == [0] and av._planned is None
     av.observe_step(0.045, 0.040, 0.0045, 1, 1, True, 1, 1)
     assert 1 not in av.calibration._rows or av.calibration._rows[1].spec.steps == 0
-
-
-def test_while_nothing_drafts_the_running_mean_relaxes_toward_the_slow_mean_of_its_request_count():
-    """A running mean that dipped below what pays keeps a plan idle but for probes; the slow mean of the
-    request count (workers/slow_means.py), once it has seen enough drafts, draws it back within a few plans."""
-    from workers.slow_means import SLOW_MIN_POSITIONS
-
-    depths = {}
-    for seen in (SLOW_MIN_POSITIONS - 1, SLOW_MIN_POSITIONS):
-        av, req = _verifier(prior=0.01)
-        av.slow_means.observe(TARGET.nearest_requests(1), torch.full((7,), 0.3), torch.full((7,), float(seen)),
-                              torch.full((7,), 0.3))
-        depths[seen] = [_depth(av, req) for _ in range(PROBE_EVERY + 6)]
-    assert sum(depths[SLOW_MIN_POSITIONS - 1]) == 1  # one probe, else idle
-    assert depths[SLOW_MIN_POSITIONS][0] == 0 and all(depths[SLOW_MIN_POSITIONS][-5:])
