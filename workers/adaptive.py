@@ -46,9 +46,9 @@ EXPLORE_EVERY = 8
 # A mean balanced over the last 16 requests that drafted (each weighing its drafted positions up to 8, so probes
 # of one request could not hold it) was tried on 2026-12-06 and taken out: at the trained draft, repetitive c=32,
 # it drafted whole batches where this rule stays idle, 6 of 6 interleaved cycles below it (-0.8 to -7.0%; ShareGPT
-# c=4 -1.0, +1.6, +1.4%, c=16 within noise; docs/performance.md, "2026-12-06, third session"). Moving it, while
-# nothing drafts, toward a slower mean per request count (a dip then outlives the requests it came from) was
-# taken out too: +1.6% on the one ShareGPT c=1 sample with such a dip, nothing elsewhere ("fourth session").
+# c=4 -1.0, +1.6, +1.4%, c=16 within noise; docs/performance.md, "2026-12-06, third session"). A dip in it holds
+# while nothing drafts (at ShareGPT c=1 two requests in a row drafted in 1 of 28 and 1 of 65 plans): moving it toward
+# a slower mean per request count was taken out too, +1.6% on that sample and nothing elsewhere ("fourth session").
 PRIOR_RATE = 0.1
 # The trim verifies every drafted position without searching when those rows cost no more than its search does
 # (its host time, a running mean at this rate): the search cannot save more than the rows. It took ~0.2 ms (numpy
