@@ -1,14 +1,16 @@
 """A closed-loop load on one engine, one step at a time, and several such loops interleaved step by step.
 
-`bench.run_ours` runs one loop to its end. `run_interleaved` steps several engines' loops in turn (the
-order rotating every round) and times each engine by its own steps only, so a slow period of a noisy machine
+`bench.run_ours` runs one loop to its end. `run_interleaved` steps several engines' loops in turn (each
+round in its own order) and times each engine by its own steps only, so a slow period of a noisy machine
 falls on every engine of the comparison alike instead of on whichever ran then. Latencies are not reported
 there: a request's wall-clock time includes the other engines' steps. An engine's step after another
 engine's costs what one after its own does (0-1% more, benchmarks/interleave_penalty.py), so interleaving
-does not charge the configuration with the most steps for the others.
+does not charge the configuration with the most steps for the others; after a speculating engine's it read
+0.5-2% more, so no engine keeps one predecessor.
 """
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 
@@ -86,21 +88,26 @@ class ClosedLoop:
 
 
 def run_interleaved(loops: list[ClosedLoop], steps_per_turn: int = 1,
-                    on_tick: Callable[[ClosedLoop, bool, float], None] | None = None) -> list[dict]:
-    """Step every loop in turn, `steps_per_turn` steps a turn, until all are done (round r starts at loop
-    r mod n); each result's time is its own engine's steps only. `on_tick(loop, after_another, seconds)`
-    sees every tick: `after_another` when the tick opened a turn that followed another engine's."""
-    rnd = 0
+                    on_tick: Callable[[ClosedLoop, bool, float], None] | None = None, seed: int = 0) -> list[dict]:
+    """Step every loop in turn, `steps_per_turn` steps a turn, until all are done; each result's time is its
+    own engine's steps only. Each round runs the live loops in its own order (a shuffle seeded by `seed`), so
+    every engine follows every other about equally often: a step right after a speculating engine's read
+    0.5-2% slower (docs/performance.md, the variant slot), which a fixed cyclic order charged to one engine
+    every round. `on_tick(loop, after_another, seconds)` sees every tick: `after_another` when the tick
+    followed another engine's."""
+    order = random.Random(seed)
+    previous = None
     while True:
-        live = [loop for loop in loops[rnd % len(loops):] + loops[:rnd % len(loops)] if not loop.done()]
+        live = [loop for loop in loops if not loop.done()]
         if not live:
             return [loop.finish(latencies=False) for loop in loops]
+        order.shuffle(live)
         for loop in live:
-            for i in range(steps_per_turn):
+            for _ in range(steps_per_turn):
                 if loop.done():
                     break
                 t = time.perf_counter()
                 loop.tick()
                 if on_tick is not None:
-                    on_tick(loop, i == 0 and len(live) > 1, time.perf_counter() - t)
-        rnd += 1
+                    on_tick(loop, previous is not None and previous is not loop, time.perf_counter() - t)
+                previous = loop

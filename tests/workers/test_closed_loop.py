@@ -1,4 +1,5 @@
 """Closed loops stepped together: each engine serves exactly what it would alone, timed by its own steps."""
+import collections
 import time
 
 import pytest
@@ -61,15 +62,50 @@ def test_each_engine_is_timed_by_its_own_steps_only(tiny_target):
     assert a["seconds"] >= steps * 0.1 > 2 * b["seconds"]
 
 
-def test_on_tick_sees_every_tick_and_which_ones_opened_a_turn_after_another_engine(tiny_target):
+def test_on_tick_sees_every_tick_and_which_ones_followed_another_engine(tiny_target):
     loops = [ClosedLoop(_engine(tiny_target), PROMPTS[:3], 3, 8), ClosedLoop(_engine(tiny_target), PROMPTS[:1], 1, 4)]
     seen = []
     run_interleaved(loops, 3, lambda loop, after_another, s: seen.append((loops.index(loop), after_another)))
     # 8 steps of the first loop, 4 of the second: turns of 3 while both run, then the first alone
-    assert [i for i, _ in seen].count(0) == 8 and [i for i, _ in seen].count(1) == 4
-    opened = [i for i, (_, after) in enumerate(seen) if after]
-    assert seen[:6] == [(0, True), (0, False), (0, False), (1, True), (1, False), (1, False)]
-    assert all(not after for _, after in seen[opened[-1] + 1:])  # alone, no tick follows another engine's
+    who = [i for i, _ in seen]
+    assert who.count(0) == 8 and who.count(1) == 4
+    assert [after for _, after in seen] == [j > 0 and who[j - 1] != i for j, i in enumerate(who)]
+
+
+class _Counter:
+    """A loop of `n` ticks that records which loop ticked (the order alone, no engine)."""
+
+    def __init__(self, name: int, n: int, log: list[int]) -> None:
+        self.name, self.left, self.log = name, n, log
+
+    def done(self) -> bool:
+        return self.left == 0
+
+    def tick(self) -> None:
+        self.left -= 1
+        self.log.append(self.name)
+
+    def finish(self, latencies: bool = True) -> dict:
+        return {}
+
+
+def test_every_engine_follows_every_other_about_equally_often():
+    """A fixed cyclic order (rotating only the first loop) put each loop right after the one before it in the
+    list in nearly every round: a step after a speculating engine's reads 0.5-2% slower, so that charged one
+    engine (docs/performance.md)."""
+    log: list[int] = []
+    run_interleaved([_Counter(i, 400, log) for i in range(4)])
+    pairs = collections.Counter(zip(log, log[1:]))
+    others = [pairs[a, b] for a in range(4) for b in range(4) if a != b]
+    mean = sum(others) / len(others)  # ~125 (of 1,599 pairs, ~25 a loop after itself where two rounds meet)
+    assert min(others) > 0.75 * mean and max(others) < 1.25 * mean
+    assert _order(seed=3) == _order(seed=3) != _order(seed=4)  # seeded: a run's order can be repeated
+
+
+def _order(seed: int) -> list[int]:
+    log: list[int] = []
+    run_interleaved([_Counter(i, 20, log) for i in range(3)], seed=seed)
+    return log
 
 
 def test_clock_start_hook_runs_once_as_the_timed_part_begins(tiny_target):
