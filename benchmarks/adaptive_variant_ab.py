@@ -22,7 +22,9 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 - `placebo`: nothing taken out: the variant engine is adaptive as is, built and warmed before the others (as
   every variant is). Against adaptive it reads what being the variant engine is worth by itself: up to ~2%,
   median 0.65%, 11 of 14 cycles ahead (trained draft, ShareGPT c=1 and repetitive c=32; docs/performance.md,
-  "2026-12-06, fourth session"). Read a variant against it, or run it beside the variant.
+  "2026-12-06, fourth session"), while every round stepped the engines in one cyclic order, adaptive right
+  after fixed k; each round has its own order since beada96. Read a variant against it, or run it beside the
+  variant.
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
   re-measurement changed, apart from the price.
 - `cap2`, `cap4` (any `capD`): verifies what adaptive's trim chose, but at most D drafts per request. At n-gram
