@@ -41,7 +41,8 @@ def instrument(engine: LLMEngine, log: list[tuple[int, float]]) -> None:
 
 
 def run(loops: dict[str, ClosedLoop], logs: dict[str, list], steps: int) -> tuple[dict[str, list], dict[str, dict]]:
-    """run_interleaved; per engine its result and, per step, (first in its turn, rows, tick s, forward s)."""
+    """run_interleaved; per engine its result and, per step, (after another engine's step, rows, tick s, forward
+    s). A turn's first step, unless the round before ended with the same engine (then it follows its own)."""
     out: dict[str, list] = defaultdict(list)
     name = {id(loop): m for m, loop in loops.items()}
     seen = {m: len(logs[m]) for m in loops}
