@@ -139,7 +139,8 @@ def markdown_tables(data: dict) -> str:
 
 
 SETTINGS = ("modes", "repeat", "max_tokens", "sustained", "min_requests", "per_slot", "interleave", "fresh_prompts",
-            "seed", "machine")
+            "seed", "machine", "untimed_waves")
+SETTING_DEFAULTS = {"untimed_waves": 1}  # runs from before a setting existed ran as its default does
 
 
 def machine() -> dict:
@@ -158,10 +159,13 @@ def machine() -> dict:
 
 def merge_runs(runs: list[dict]) -> tuple[dict, list[dict]]:
     """The settings and rows of several results JSONs that ran with the same settings and no common point."""
-    settings = {key: runs[0].get(key, False) for key in SETTINGS}  # runs before `interleave` ran one at a time
+    def setting(run: dict, key: str) -> object:  # runs before `interleave` ran one at a time
+        return run.get(key, SETTING_DEFAULTS.get(key, False))
+
+    settings = {key: setting(runs[0], key) for key in SETTINGS}
     rows, seen = [], set()
     for run in runs:
-        differ = [key for key in SETTINGS if run.get(key, False) != settings[key]]
+        differ = [key for key in SETTINGS if setting(run, key) != settings[key]]
         if differ:
             raise SystemExit(f"cannot merge runs whose {', '.join(differ)} differ")
         for r in run["rows"]:
@@ -219,6 +223,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0,
                     help="the prompt sample (with --fresh-prompts, repeat r serves seed + r): another seed gives a run "
                          "whose samples are not the grid of record's, for --pool")
+    ap.add_argument("--untimed-waves", type=int, default=1, metavar="N",
+                    help="sustained: time the requests after N waves of c prompts (workers/bench.py sustained_plan)")
     ap.add_argument("--out", default="benchmarks/results/adaptive_engine_cpu.json")
     ap.add_argument("--tables", metavar="JSON", help="only print the markdown tables of an earlier run")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
@@ -242,11 +248,11 @@ def main() -> None:
                          args.max_tokens, [], args.per_slot, args.seed, "auto", None, repeat=args.repeat,
                          kv_cache_memory_gb=0.5,
                          sustained=not args.drained, min_requests=args.min_requests, interleave=args.interleave,
-                         fresh_prompts=args.fresh_prompts)
+                         fresh_prompts=args.fresh_prompts, untimed_waves=args.untimed_waves)
         settings = {"modes": MODES, "repeat": args.repeat, "max_tokens": args.max_tokens,
                     "sustained": not args.drained, "min_requests": args.min_requests, "per_slot": args.per_slot,
                     "interleave": args.interleave, "fresh_prompts": args.fresh_prompts, "seed": args.seed,
-                    "machine": machine()}
+                    "machine": machine(), "untimed_waves": args.untimed_waves}
         data = [r.__dict__ for r in rows]
     summary = summarise(data)
     Path(args.out).write_text(json.dumps({**settings, "summary": summary, "rows": data}, indent=1))

@@ -74,10 +74,14 @@ def workload_prompts(name: str, n: int, seed: int) -> list[str]:
     return {"sharegpt": sharegpt_prompts, "repetitive": repetitive_prompts}[name](n, seed=seed)
 
 
-def sustained_plan(concurrency: int, requests: int) -> tuple[int, int]:
+def sustained_plan(concurrency: int, requests: int, waves: int = 1) -> tuple[int, int]:
     """(warm-up prompts, prompts admitted in all) for a sustained run (`run_ours(untimed=, admit=)`) that
-    times `requests` prompts after the first wave."""
-    return concurrency, concurrency + requests
+    times `requests` prompts after the first `waves` waves of `concurrency` prompts. Right after the first
+    wave the slots hold what it left: its slowest requests, as the fast ones finished first. A policy whose
+    requests' speeds spread more (adaptive) is charged for that until the batch mixes again (n-gram,
+    repetitive c=32: the 64 prompts after the first wave read adaptive 2-4 points under the 256 after it,
+    docs/performance.md, "How many prompts a point needs"); a second untimed wave lets it mix first."""
+    return waves * concurrency, waves * concurrency + requests
 
 
 def varied_lengths(count: int, mean: int, seed: int) -> list[int]:
@@ -137,7 +141,8 @@ def _spec(mode: str, default_k: int) -> SpecConfig:
 def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, out: Path | None,
               repeat: int = 1, kv_cache_memory_gb: float = 1.0, sustained: bool = False,
-              min_requests: int = 4, interleave: int = 0, fresh_prompts: bool = False) -> list[BenchRow]:
+              min_requests: int = 4, interleave: int = 0, fresh_prompts: bool = False,
+              untimed_waves: int = 1) -> list[BenchRow]:
     """Every configuration `repeat` times (drained or sustained: see the module doc) over
     max(`prompts_per_slot` x c, `min_requests`) requests per point. The repeats of one (workload, concurrency)
     point run back to back, each cycling through all configurations, so a slow period of this noisy machine
@@ -148,9 +153,10 @@ def run_bench(workloads: list[str], concurrencies: list[int], modes: list[str], 
     lengths (seed + r; repeat 0 the same as without): a window of a few dozen requests reads which requests
     it holds (n-gram, repetitive, c=32: windows of 32 requests scatter 0.93-1.08 in adaptive / k=2, the same
     in every repeat of one sample; docs/performance.md, "How many prompts a point needs"), so repeats of
-    one sample cannot average that out and repeats of fresh samples do."""
+    one sample cannot average that out and repeats of fresh samples do. Sustained runs time the requests
+    after `untimed_waves` waves of c (`sustained_plan`)."""
     runs = _run_plan(workloads, concurrencies, modes, k, max_tokens, peers, prompts_per_slot, seed, dtype, repeat,
-                     kv_cache_memory_gb, sustained, min_requests, interleave, fresh_prompts)
+                     kv_cache_memory_gb, sustained, min_requests, interleave, fresh_prompts, untimed_waves)
     rows = []
     for group in zip(*runs):
         samples = [g.output_tokens_per_s for g in group]
@@ -183,7 +189,7 @@ _HF: dict[str, object] = {}
 def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], k: int, max_tokens: int,
               peers: list[str], prompts_per_slot: int, seed: int, dtype: str, repeat: int,
               kv_cache_memory_gb: float = 1.0, sustained: bool = False, min_requests: int = 4,
-              interleave: int = 0, fresh_prompts: bool = False) -> list[list[BenchRow]]:
+              interleave: int = 0, fresh_prompts: bool = False, untimed_waves: int = 1) -> list[list[BenchRow]]:
     from transformers import AutoModelForCausalLM
 
     engines = {m: _ENGINES.get((m, k, dtype)) or _ENGINES.setdefault(
@@ -206,7 +212,7 @@ def _run_plan(workloads: list[str], concurrencies: list[int], modes: list[str], 
     with tqdm(total=total, desc="bench", unit="config") as bar:
         for w, c in plan:
             n = max(prompts_per_slot * c, min_requests)
-            warm, count = sustained_plan(c, n) if sustained else (0, n)
+            warm, count = sustained_plan(c, n, untimed_waves) if sustained else (0, n)
             for rep in range(repeat):
                 if rep == 0 or fresh_prompts:
                     prompts, lengths = point_sample(any_engine, w, count, max_tokens, seed + rep if fresh_prompts

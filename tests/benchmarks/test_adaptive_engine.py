@@ -23,7 +23,8 @@ def rows(c: int, adaptive: float) -> list[dict]:
 def test_parts_merge_into_one_grid():
     settings, data = merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "rows": rows(16, 105.0)}])
     # runs before the options (`seed`: False reads as the seed 0 they served)
-    assert settings == {**SETTINGS, "interleave": False, "fresh_prompts": False, "seed": False, "machine": False}
+    assert settings == {**SETTINGS, "interleave": False, "fresh_prompts": False, "seed": False, "machine": False,
+                        "untimed_waves": 1}
     summary = {s["concurrency"]: s["adaptive_vs_best"] for s in summarise(data)}
     assert summary == {1: pytest.approx(0.99), 16: pytest.approx(1.05)}
 
@@ -41,6 +42,9 @@ def test_parts_that_differ_or_overlap_are_refused():
     with pytest.raises(SystemExit, match="seed"):  # other prompt samples: pool them (--pool), do not merge
         merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "seed": 2, "rows": rows(16, 99.0)}])
     assert merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "seed": 0, "rows": rows(16, 99.0)}])
+    with pytest.raises(SystemExit, match="untimed_waves"):  # another window: not one grid
+        merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "untimed_waves": 2, "rows": rows(16, 99.0)}])
+    assert merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "untimed_waves": 1, "rows": rows(16, 99.0)}])
     with pytest.raises(SystemExit, match="twice"):
         merge_runs([{**SETTINGS, "rows": rows(1, 99.0)}, {**SETTINGS, "rows": rows(1, 99.0)}])
 

@@ -66,6 +66,7 @@ def test_sustained_lengths_vary_around_the_mean():
     assert lengths == varied_lengths(2000, 48, seed=3)  # every configuration gets the same draw
     assert min(lengths) == 16 and max(lengths) == 80 and abs(sum(lengths) / 2000 - 48) < 1.5
     assert sustained_plan(32, 32) == (32, 64)  # the first wave untimed, then 32 more admitted
+    assert sustained_plan(32, 32, waves=2) == (64, 96)  # two waves untimed
 
 
 def test_a_mode_suffix_names_another_engine_of_the_same_configuration():
