@@ -6,7 +6,9 @@ Sustained rates (every slot refilled, no drain; see workers/bench.py) unless `--
 max(`--per-slot` x c, `--min-requests`) requests per point, timed after the first wave. Every configuration of
 a point admits the same prompts. At c=32 a window of 32 requests after the first wave put adaptive at
 0.93-1.04x of no speculation depending on which 32 (the ratio per consecutive window, two runs); windows of
-64 at 0.95-1.01x; 256 at 0.97-1.00x (docs/performance.md, "The window").
+64 at 0.95-1.01x; 256 at 0.97-1.00x (docs/performance.md, "The window"). `--untimed-waves 2` times the requests
+after a second wave instead: the first wave's leftovers are its slowest requests, which charges the policy whose
+speeds spread most (workers/bench.py sustained_plan).
 At c <= 2 the 8 requests of the grids before 2026-12-04 ranked configurations by the tails of the requests the
 window cuts (n-gram ShareGPT c=2: k=2 first in the window, k=7 8% faster over the whole run); 16 is the default
 since (docs/performance.md, "The grid at 688ddf1").
