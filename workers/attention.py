@@ -223,15 +223,20 @@ def _cheapest_runs(items: list, key, fixed: float) -> list[list]:
 
 
 class _RowBlocks:
-    """Groups consecutive rows into linear-layer blocks (see AttentionMetadata.row_blocks)."""
+    """Groups consecutive rows into linear-layer blocks (see AttentionMetadata.row_blocks). A run of small
+    segments' rows is cut into full blocks of SMALL_ROWS, a sequence's rows split across two blocks where the
+    cut falls: a row gets the same bits in any block of <= 32 rows, at any place in it (checked at load,
+    workers/gemm_invariance.py). Keeping each sequence in one block, as until 2026-12-06, left blocks part
+    empty: 32 sequences of 3 rows (fixed k=2 at c=32) took 4 blocks instead of 3, 353 ms against 247 for 32 x 2
+    rows on a Xeon (docs/architecture.md, "The step time is a staircase in 32-row blocks")."""
 
     def __init__(self) -> None:
         self.blocks: list[tuple[slice, int]] = []
-        self.start = self.end = 0  # the open block of small rows
+        self.start = self.end = 0  # the run of small rows not yet cut into blocks
 
     def _flush(self) -> None:
-        if self.end > self.start:
-            self.blocks.append((slice(self.start, self.end), 0))
+        for lo in range(self.start, self.end, SMALL_ROWS):
+            self.blocks.append((slice(lo, min(lo + SMALL_ROWS, self.end)), 0))
         self.start = self.end
 
     def add(self, seg: SeqSpan) -> None:
@@ -240,8 +245,6 @@ class _RowBlocks:
             self.blocks.append((slice(seg.query_start, seg.query_start + seg.query_len), PREFILL_SEGMENT))
             self.start = self.end = seg.query_start + seg.query_len
             return
-        if self.end - self.start + seg.query_len > SMALL_ROWS:
-            self._flush()
         self.end = seg.query_start + seg.query_len
 
     def done(self) -> list[tuple[slice, int]]:

@@ -90,17 +90,14 @@ class CostTable:
         """The measured request count whose row a lookup for `requests` reads."""
         return self._row(max(1, requests))
 
-    def _x(self, tokens: int, requests: int | None = None) -> int:
+    def _x(self, tokens: int) -> int:
         """Where a step of `tokens` sits on the lookup axis: its rows plus `block_rows` per block it uses;
-        without `block_rows`, its tokens within one row block, else its rows rounded up to whole blocks. For a measured cell (`requests` given: uniform sequences that are never
-        split across blocks) the blocks its uniform packing really used."""
+        without `block_rows`, its tokens within one row block, else its rows rounded up to whole blocks. The
+        runner packs small rows densely (workers/attention.py `_RowBlocks`), measured cells included."""
         q = self.row_block
         if q <= 1:
             return tokens
-        if requests is None or tokens // requests > q:
-            blocks = -(-tokens // q)  # packed densely (the vectorised twin is in lookup_array)
-        else:
-            blocks = -(-requests // (q // (tokens // requests)))  # q // per sequences fit in a block
+        blocks = -(-tokens // q)  # (the vectorised twin is in `_interpolate`)
         if self.block_rows is not None:
             return tokens + self.block_rows * blocks
         return tokens if tokens <= q else blocks * q
@@ -112,7 +109,7 @@ class CostTable:
         by_x: dict[int, list[float]] = {}
         for (rr, t), s in self.seconds.items():
             if rr == r:
-                by_x.setdefault(self._x(t, r), []).append(s)
+                by_x.setdefault(self._x(t), []).append(s)
         xs = sorted(by_x)
         return list(zip(xs, _isotonic([sum(by_x[x]) / len(by_x[x]) for x in xs])))
 
@@ -239,7 +236,7 @@ class CostTable:
         if not self.seconds:
             return
         r = self._row(max(1, requests))
-        cells = sorted((self._x(t, r), t) for rr, t in self.seconds if rr == r)  # (axis position, key)
+        cells = sorted((self._x(t), t) for rr, t in self.seconds if rr == r)  # (axis position, key)
         weights = {cells[i][1]: w for i, w in _interp_weights([x for x, _ in cells], self._x(tokens))}
         ratio = seconds / max(self.lookup(requests, tokens), 1e-12)
         ema = 1.0 - (1.0 - self.ema) ** count

@@ -28,8 +28,10 @@ CONTEXT_PROBE = 256
 # each, 126 ms for 17 each): a request's first draft feeds its whole prompt, which at c=32 ShareGPT was
 # 559 of 1,094 ms of drafting while the plan priced every draft iteration at ~14 ms.
 CATCH_UP_ROWS = 16
-# What a saved target table must have been measured with to be reused (`target_table_path`)
-TABLE_KEY = "|blocks|ragged-by-count|keys|open-uniform|rounds"
+# What a saved target table must have been measured with to be reused (`target_table_path`); `|dense-rows`:
+# small rows packed into full row blocks (workers/attention.py `_RowBlocks`, 2026-12-06), so steps of the same
+# shape cost other times than in tables measured before
+TABLE_KEY = "|blocks|ragged-by-count|keys|open-uniform|rounds|dense-rows"
 
 
 def warm_up_tables(engine: "LLMEngine") -> tuple[CostTable, CostTable | None]:
@@ -59,7 +61,7 @@ def warm_up_tables(engine: "LLMEngine") -> tuple[CostTable, CostTable | None]:
     where = "|remote" if step is not None else ""
     runner = None if step is not None else engine.proposer.runner
     step = step or (lambda r, n: profile_step(runner, r, n))
-    dkey = hardware_key(f"{cfg.model}|draft:{cfg.spec.draft_model}{where}|catch-up|rounds",
+    dkey = hardware_key(f"{cfg.model}|draft:{cfg.spec.draft_model}{where}|catch-up|rounds|dense-rows",
                         str(engine.model.dtype), str(engine.model.device))
     dpath = cache_dir() / "cost_tables" / f"{dkey}.json"
     draft_cost = load_or_measure(dpath, step, budget_s=cfg.spec.cost_table_budget_s / 4,

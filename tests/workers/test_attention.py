@@ -251,3 +251,40 @@ def test_a_step_split_by_context_gives_every_row_the_logits_of_its_sequence_alon
         runner.pool.free(t)
     assert splits[10 ** 9] == 0 and splits[min(splits)] > 0
     assert all(torch.equal(o, alone) for o in out.values())
+
+
+def test_small_rows_fill_whole_row_blocks_across_sequences():
+    """32 sequences of 3 rows (fixed k=2 at c=32) take 3 linear-layer blocks, not 4: a sequence's rows may be
+    split between two blocks. A long prefill segment still gets its own GEMM padded to PREFILL_SEGMENT rows."""
+    def blocks(lengths: list[int]) -> list[tuple[int, int, int]]:
+        spans, row = [], 0
+        for n in lengths:
+            spans.append(SeqSpan(row, n, 0 if n > attention.SMALL_ROWS else 64, list(range(16))))
+            row += n
+        meta = attention.build_metadata(spans, 16, torch.device("cpu"), 10, 3, False)
+        return [(s.start, s.stop, pad) for s, pad in meta.row_blocks]
+
+    assert blocks([3] * 32) == [(0, 32, 0), (32, 64, 0), (64, 96, 0)]
+    assert blocks([1] * 5 + [100] + [3, 3]) == [(0, 5, 0), (5, 105, attention.PREFILL_SEGMENT), (105, 111, 0)]
+
+
+@pytest.mark.model
+def test_a_sequence_split_between_row_blocks_gets_the_logits_it_gets_alone(default_model_dir):
+    """11 sequences verifying 2 drafts each (33 rows): the 11th sequence's rows fall in two 32-row blocks,
+    and every row's logits equal those of its sequence run alone."""
+    from workers.config import EngineConfig
+    from workers.engine import LLMEngine
+    from workers.model_runner import StepChunk
+
+    runner = LLMEngine(EngineConfig(kv_cache_memory_gb=0.25)).runner
+    rows, ctx = [3] * 11, 100
+    gen = torch.Generator().manual_seed(0)
+    per = -(-(ctx + max(rows)) // runner.block_size)
+    blocks = runner.pool.allocate(len(rows) * per)
+    tables = [blocks[i * per:(i + 1) * per] for i in range(len(rows))]
+    for t in tables:
+        runner.run([StepChunk(torch.randint(100, 10000, (ctx,), generator=gen).tolist(), 0, t, 0)])
+    step = [StepChunk(torch.randint(100, 10000, (n,), generator=gen).tolist(), ctx, t, n) for n, t in zip(rows, tables)]
+    together, alone = runner.run(step), torch.cat([runner.run([c]) for c in step])
+    runner.pool.free(blocks)
+    assert together.shape[0] == 33 and torch.equal(together, alone)
