@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from adaptive_engine import (acceptance_row, markdown_tables, merge_runs, plot, pool_runs,  # noqa: E402
-                             pooled_table, rate, summarise)
+from adaptive_engine import (acceptance_row, held_out_ratio, markdown_tables, merge_runs, plot,  # noqa: E402
+                             pool_runs, pooled_table, rate, summarise)
 
 SETTINGS = {"modes": ["off", "ngram:2", "ngram:7:adaptive"], "repeat": 3, "max_tokens": 48, "sustained": True,
             "min_requests": 8, "per_slot": 2}
@@ -63,7 +63,20 @@ def test_the_docs_tables_read_medians():
         r["samples_tokens_per_s"] = [r["output_tokens_per_s"] - 5.0, r["output_tokens_per_s"] + 5.0]
     data[0]["samples_tokens_per_s"] = [90.0, 100.0]
     table = markdown_tables({**SETTINGS, "rows": data})
-    assert "| repetitive | 1 | 95.0 | 92.0 | 94.0 | 97.0 | 99.0 | 1.02 | 1.02 | 1.02 |" in table
+    # held out: each cycle against k=7, the best of the other cycle (94 / 92, 104 / 102)
+    assert "| repetitive | 1 | 95.0 | 92.0 | 94.0 | 97.0 | 99.0 | 1.02 | 1.02 | 1.02 | 1.02 |" in table
+    assert "1 of 1 points >= 0.98 paired; 1 of 1 with the best chosen on the other cycles" in table
+
+
+def test_the_held_out_ratio_chooses_the_peer_on_the_other_cycles():
+    # two peers equal in truth, their noise alternating: whichever is faster in a cycle is its paired denominator
+    a, b = [100.0, 90.0], [90.0, 100.0]
+    assert held_out_ratio([95.0, 95.0], [a, b]) == pytest.approx(95.0 / 90.0, abs=1e-4)
+    # a peer that is best in every cycle is chosen in every cycle: the ratio is the paired one's mean
+    assert held_out_ratio([95.0, 99.0], [[100.0, 100.0], [90.0, 90.0]]) == pytest.approx(0.97)
+    assert held_out_ratio([95.0], [[100.0], [90.0]]) is None  # one cycle: nothing to choose on
+    assert held_out_ratio([95.0, 96.0, 97.0], [[100.0, 101.0, 99.0]]) == pytest.approx(
+        (0.95 + 96 / 101 + 97 / 99) / 3, abs=1e-4)
 
 
 def test_a_grid_without_concurrency_1_plots_acceptance_at_its_lowest(tmp_path):
@@ -84,6 +97,7 @@ def test_whole_runs_pool_their_cycles_per_point():
     (point,) = pool_runs([low, high])
     assert point["each_run_paired"] == [pytest.approx(0.99), pytest.approx(1.05)]
     assert point["adaptive_vs_best_paired"] == pytest.approx(1.02)  # the median of 6 cycles: 3 at 0.99, 3 at 1.05
+    assert point["adaptive_vs_best_held_out"] == pytest.approx(1.02)  # no spec the best whichever cycle is left out
     assert "1 of 1 points >= 0.98" in pooled_table([point])
     with pytest.raises(SystemExit, match="machines"):
         pool_runs([low, {**high, "machine": {**bf16, "dtype": "float32"}}])
