@@ -170,7 +170,7 @@ def _ratio(value: float | None, digits: int = 2) -> str:
 def _hits(summary: list[dict]) -> str:
     """How many points reach 0.98, by the paired ratio and by the held-out one."""
     paired = sum(s["adaptive_vs_best_paired"] >= 0.98 for s in summary)
-    held = [s["adaptive_vs_best_held_out"] for s in summary if s.get("adaptive_vs_best_held_out") is not None]
+    held = [s["adaptive_vs_best_held_out"] for s in summary if s["adaptive_vs_best_held_out"] is not None]
     line = f"{paired} of {len(summary)} points >= 0.98 paired"
     return line + (f"; {sum(v >= 0.98 for v in held)} of {len(held)} with the best chosen on the other cycles"
                    if held else "")
@@ -235,7 +235,8 @@ def pool_runs(runs: list[dict]) -> list[dict]:
 
 
 def pooled_table(summary: list[dict]) -> str:
-    """The docs' pooled table (each run's paired ratio, the pooled one) and how many points reach 0.98."""
+    """The docs' pooled table (each run's paired ratio, the pooled paired and held-out ones) and how many points
+    reach 0.98."""
     out = ["| proposer | workload | c | each run, paired | pooled, paired | pooled, best chosen on the other cycles "
            "| adaptive / no spec, pooled |", "|---|---|---|---|---|---|---|"]
     for s in summary:
