@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 
 import workers.attention as attention
+from workers.bench import prefilled_step
 from workers.config import EngineConfig
 from workers.engine import LLMEngine
-from workers.model_runner import StepChunk
 
 # name -> rows per sequence (1 + verified drafts)
 SHAPES = {
@@ -50,13 +50,7 @@ PACKERS = {"one block per sequence": OneBlockPerSequence, "full blocks": attenti
 
 
 def time_shape(runner, rows: list[int], context: int, rounds: int, gen: torch.Generator) -> dict:
-    per = -(-(context + max(rows)) // runner.block_size)
-    blocks = runner.pool.allocate(len(rows) * per)
-    tables = [blocks[i * per:(i + 1) * per] for i in range(len(rows))]
-    for t in tables:
-        runner.run([StepChunk(torch.randint(100, 10000, (context,), generator=gen).tolist(), 0, t, 0)])
-    step = [StepChunk(torch.randint(100, 10000, (n,), generator=gen).tolist(), context, t, n)
-            for n, t in zip(rows, tables)]
+    step, blocks = prefilled_step(runner, rows, context, gen)
     times: dict[str, list[float]] = {name: [] for name in PACKERS}
     outs = {}
     for r in range(rounds + 1):  # round 0 warms both up, untimed; the order alternates

@@ -42,6 +42,7 @@ from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig, SpecConfig
 from workers.engine import LLMEngine
 from workers.metrics import StepTimes
+from workers.model_runner import ModelRunner, StepChunk
 from workers.workloads import repetitive_prompts, sharegpt_prompts
 
 
@@ -68,6 +69,20 @@ class BenchRow:
     itl_p50_ms: float | None = None
     itl_p99_ms: float | None = None
     note: str = ""
+
+
+def prefilled_step(runner: ModelRunner, rows: list[int], context: int,
+                   gen: torch.Generator) -> tuple[list[StepChunk], list[int]]:
+    """Sequences of `context` random tokens, each prefilled on its own, and one step computing `rows[i]` more
+    positions of sequence i (every one a logits row); the caller frees the KV blocks returned."""
+    per = -(-(context + max(rows)) // runner.block_size)
+    blocks = runner.pool.allocate(len(rows) * per)
+    tables = [blocks[i * per:(i + 1) * per] for i in range(len(rows))]
+    for t in tables:
+        runner.run([StepChunk(torch.randint(100, 10000, (context,), generator=gen).tolist(), 0, t, 0)])
+    step = [StepChunk(torch.randint(100, 10000, (n,), generator=gen).tolist(), context, t, n)
+            for n, t in zip(rows, tables)]
+    return step, blocks
 
 
 def workload_prompts(name: str, n: int, seed: int) -> list[str]:

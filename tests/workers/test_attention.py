@@ -93,6 +93,7 @@ def test_rows_at_long_context_attend_as_each_sequence_alone(default_model_dir):
     tile) gives every row the logits of its sequence run alone, and a 5-row verify those of its tokens
     decoded one by one. With `.sum(2)` across key blocks (before 2026-12-04) the cross-block order depended
     on the tile's rows: on the bf16 Xeon with AMX the steps at 777 and 900 differed from their sequences alone."""
+    from workers.bench import prefilled_step
     from workers.config import EngineConfig
     from workers.engine import LLMEngine
     from workers.model_runner import StepChunk
@@ -102,17 +103,10 @@ def test_rows_at_long_context_attend_as_each_sequence_alone(default_model_dir):
         pytest.skip(f"{engine.model.dtype} pads every sequence to one fixed tile")
     runner, rows, failures = engine.runner, [1, 1, 2, 3, 1, 5], []
     for ctx in (700, 777, 900, 1030):
-        gen = torch.Generator().manual_seed(ctx)
-        per = -(-(ctx + max(rows)) // runner.block_size)
-        blocks = runner.pool.allocate(len(rows) * per)
-        tables = [blocks[i * per:(i + 1) * per] for i in range(len(rows))]
-        for t in tables:
-            runner.run([StepChunk(torch.randint(100, 10000, (ctx,), generator=gen).tolist(), 0, t, 0)])
-        step = [StepChunk(torch.randint(100, 10000, (n,), generator=gen).tolist(), ctx, t, n)
-                for n, t in zip(rows, tables)]
+        step, blocks = prefilled_step(runner, rows, ctx, torch.Generator().manual_seed(ctx))
         together, alone = runner.run(step), torch.cat([runner.run([c]) for c in step])
         last = step[-1]
-        singles = torch.cat([runner.run([StepChunk([tok], ctx + j, tables[-1], 1)])
+        singles = torch.cat([runner.run([StepChunk([tok], ctx + j, last.block_table, 1)])
                              for j, tok in enumerate(last.token_ids)])
         runner.pool.free(blocks)
         if not torch.equal(together, alone):
@@ -228,6 +222,7 @@ def test_a_group_is_split_by_context_where_the_padding_saved_pays_for_a_group():
 def test_a_step_split_by_context_gives_every_row_the_logits_of_its_sequence_alone(default_model_dir, monkeypatch):
     """Sequences at contexts 90-1030 in one step, split into groups by context or not: every row's logits
     are those of its sequence run alone (each gathered over its own context only)."""
+    from workers.bench import prefilled_step
     from workers.config import EngineConfig
     from workers.engine import LLMEngine
     from workers.model_runner import StepChunk
@@ -272,19 +267,12 @@ def test_small_rows_fill_whole_row_blocks_across_sequences():
 def test_a_sequence_split_between_row_blocks_gets_the_logits_it_gets_alone(default_model_dir):
     """11 sequences verifying 2 drafts each (33 rows): the 11th sequence's rows fall in two 32-row blocks,
     and every row's logits equal those of its sequence run alone."""
+    from workers.bench import prefilled_step
     from workers.config import EngineConfig
     from workers.engine import LLMEngine
-    from workers.model_runner import StepChunk
 
     runner = LLMEngine(EngineConfig(kv_cache_memory_gb=0.25)).runner
-    rows, ctx = [3] * 11, 100
-    gen = torch.Generator().manual_seed(0)
-    per = -(-(ctx + max(rows)) // runner.block_size)
-    blocks = runner.pool.allocate(len(rows) * per)
-    tables = [blocks[i * per:(i + 1) * per] for i in range(len(rows))]
-    for t in tables:
-        runner.run([StepChunk(torch.randint(100, 10000, (ctx,), generator=gen).tolist(), 0, t, 0)])
-    step = [StepChunk(torch.randint(100, 10000, (n,), generator=gen).tolist(), ctx, t, n) for n, t in zip(rows, tables)]
+    step, blocks = prefilled_step(runner, [3] * 11, 100, torch.Generator().manual_seed(0))
     together, alone = runner.run(step), torch.cat([runner.run([c]) for c in step])
     runner.pool.free(blocks)
     assert together.shape[0] == 33 and torch.equal(together, alone)
