@@ -287,7 +287,8 @@ class AdaptiveVerifier(DepthPlan):
         """The policy's counters over the engine's `steps`: positions verified per step, offered to the policy,
         drafted, verified beyond the plan to explore; the probes (workers/probes.py), their drafter seconds and
         their forwards' seconds over a plain step's, and that as a share of the observed time; the idle
-        plans held without computing and those the bound decided without the search. The probes' share is
+        plans held without computing and those the bound decided without the search; the decode gain at the
+        end (`_base_emitted`). The probes' share is
         what they cost where nothing else drafts."""
         probe = self.probe
         probe_s = probe.draft_s + probe.forward_over_s
@@ -297,7 +298,7 @@ class AdaptiveVerifier(DepthPlan):
                 "probe_draft_s": round(probe.draft_s, 4), "probe_forward_over_s": round(probe.forward_over_s, 4),
                 "probe_share": round(probe_s / self.observed_s, 5) if self.observed_s else 0.0,
                 "idle_plans_held": self.idle_plans_held, "idle_plans_bounded": self.idle_plans_bounded,
-                "outlier_steps": self.costs.outliers.rejected}
+                "outlier_steps": self.costs.outliers.rejected, "decode_gain": round(self.decode_gain, 4)}
 
     @property
     def draft_host_s(self) -> float:
