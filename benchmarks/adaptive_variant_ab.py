@@ -18,8 +18,6 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 - `oldrowprice`: the price of a verified row as before 2026-12-05: steps that also prefill price no ragged cost
   (`AdaptiveVerifier.mixed_ragged`), and the target's cost table is the one on disk whose row block was timed
   on a ragged step (`OLD_TABLE_KEY`; the variant refuses to run where that table was never measured).
-- `nogain`: steps that also prefill value their seconds at no speculation's decode rate, as before 2026-12-06,
-  not at that rate times the decode gain of pure decode steps (`AdaptiveVerifier.value_at_decode_gain`).
 - `noguard`: the outlier guard (workers/step_outliers.py) off: every pure decode step refreshes the cost model.
 - `placebo`: nothing taken out: the variant engine is adaptive as is, built and warmed before the others (as
   every variant is). Against adaptive it reads what being the variant engine is worth by itself: up to ~2%,
@@ -58,7 +56,9 @@ out; docs/performance.md, "2026-12-06, second session". `positionprior`, the run
 against a mean balanced over recent requests, ran at 2d6b45b-667fd82; the balanced mean was then taken out:
 "2026-12-06, third session". `norelax`, the running mean left as it is while nothing drafts, against one that
 relaxes toward a slow mean per request count, ran at 7ed764f-73c77ea; the relaxation was then taken out:
-"2026-12-06, fourth session".)
+"2026-12-06, fourth session". `nogain`, steps that also prefill valued at no speculation's decode rate against
+that rate times the decode gain of pure decode steps, ran at 301b188-6681649; the gain was then taken out:
+"2026-12-06, eighth session".)
 """
 from __future__ import annotations
 
@@ -110,8 +110,6 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.explore_in_open_block = False
     elif part == "oldrowprice":
         engine.adaptive.mixed_ragged = False
-    elif part == "nogain":
-        engine.adaptive.value_at_decode_gain = False
     elif part == "noguard":
         engine.adaptive.costs.outliers.ratio = float("inf")
     elif part == "placebo":
@@ -256,7 +254,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard", "nogain", "placebo")
+         "oldrowprice", "oldtable", "noguard", "placebo")
 
 
 def _variants(text: str) -> list[str]:

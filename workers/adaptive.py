@@ -55,8 +55,6 @@ PRIOR_RATE = 0.1
 # ops paid cold after the draft); rows in a row block the step computes anyway (2 requests x 1 draft: the bf16
 # table prices 2, 3 and 4 tokens at 2 requests alike) cost nothing.
 TRIM_SEARCH_RATE = 0.1
-# The decode gain (`AdaptiveVerifier.decode_gain`, read by `_base_emitted`) moves by this per pure decode step.
-DECODE_GAIN_RATE = 0.05
 
 
 class CapacityPlanner(Protocol):
@@ -71,9 +69,6 @@ class AdaptiveVerifier(DepthPlan):
     # whole draft, as before (benchmarks/adaptive_variant_ab.py --variant wholeexplore)
     explore_in_open_block = True
     mixed_ragged = True  # the trim prices the ragged cost in steps that also prefill (budget.py); False for an A/B
-    # steps that also prefill value their seconds at the decode rate times `decode_gain` (`_base_emitted`); False:
-    # at the decode rate of no speculation, as before 2026-12-06 (benchmarks/adaptive_variant_ab.py --variant nogain)
-    value_at_decode_gain = True
 
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
                  draft_cost: CostTable | None = None, calibrate: bool = False,
@@ -102,9 +97,6 @@ class AdaptiveVerifier(DepthPlan):
         self._since_explore = 0  # trims that cut a draft since the last full-draft verification
         self._search_s = 0.0  # the trim's search time (TRIM_SEARCH_RATE)
         self.explored_positions = 0
-        # tokens per second of pure decode steps over no speculation's, both in the cost model's seconds (EMA at
-        # DECODE_GAIN_RATE; `observe_step`): what speculation makes of a second of decoding now
-        self.decode_gain = 1.0
         self._verified_last: dict[str, tuple[int, int]] = {}  # req_id -> its last (verified, accepted) drafts
         self.costs = OnlineTargetCosts(cost)  # the target's table refreshed from observed steps
         self.calibration = PlanCalibration()  # the depth plan's predictions against the steps it chose
@@ -236,18 +228,15 @@ class AdaptiveVerifier(DepthPlan):
 
     def observe_step(self, wall_s: float, forward_s: float, draft_s: float, requests: int, tokens: int,
                      pure_decode: bool, draft_requests: int = 0, draft_depth: int = 0,
-                     ragged_extra: int = 0, extra_groups: int = 0, emitted: int = 0) -> None:
+                     ragged_extra: int = 0, extra_groups: int = 0) -> None:
         """Refresh the cost model from a finished step: the target's forward (pure decode steps only: prefill
         chunks lie far outside the grid, at other context lengths; `OnlineTargetCosts.learn`, with the longest
         request's `ragged_extra` rows beyond 1 and the step's `extra_groups` query-length groups beyond two),
         the drafter's time (it ran `draft_depth` batched iterations for `draft_requests` requests, the first
         with the catch-up rows planned for them), the probes' price, the host overhead, and (a draft model's
-        pure decode steps) the depth plan's calibration, and (pure decode steps that `emitted` tokens) the
-        decode gain."""
+        pure decode steps) the depth plan's calibration."""
         # the table's row and uniform lookup for this step, read once and before this step refreshes them
         row, table_s = self.costs.read(requests, tokens) if pure_decode else (0, 0.0)
-        if pure_decode and emitted > 0 and requests > 0:
-            self._observe_gain_of_decoding(requests, table_s, ragged_extra, draft_s, emitted)
         if self.calibrate and self.draft_cost is not None and pure_decode:
             if draft_depth == 0:
                 self.calibration.observe_plain(row, wall_s, table_s + self.overhead_s)
@@ -272,23 +261,11 @@ class AdaptiveVerifier(DepthPlan):
         self.probe.since_s += wall_s
         self.observed_s += wall_s
 
-    def _observe_gain_of_decoding(self, requests: int, table_s: float, ragged_extra: int, draft_s: float,
-                                  emitted: int) -> None:
-        """A pure decode step's tokens per modelled second (its rows' table time, their ragged cost, the host
-        overhead and the drafter's observed time) over no speculation's (one token a request, the plain step):
-        the model's seconds on both sides, so a table off by a common factor reads the same gain."""
-        ragged_s = float(self.cost.ragged_array(requests, ragged_extra)) if ragged_extra > 0 else 0.0
-        ran_s = table_s + ragged_s + self.overhead_s + draft_s
-        plain_s = self.cost.lookup(requests, requests) + self.overhead_s
-        gain = (emitted / requests) * plain_s / max(ran_s, 1e-12)
-        self.decode_gain += DECODE_GAIN_RATE * (gain - self.decode_gain)
-
     def stats(self, steps: int) -> dict[str, float | int]:
         """The policy's counters over the engine's `steps`: positions verified per step, offered to the policy,
         drafted, verified beyond the plan to explore; the probes (workers/probes.py), their drafter seconds and
         their forwards' seconds over a plain step's, and that as a share of the observed time; the idle
-        plans held without computing and those the bound decided without the search; the decode gain at the
-        end (`_base_emitted`). The probes' share is
+        plans held without computing and those the bound decided without the search. The probes' share is
         what they cost where nothing else drafts."""
         probe = self.probe
         probe_s = probe.draft_s + probe.forward_over_s
@@ -298,7 +275,7 @@ class AdaptiveVerifier(DepthPlan):
                 "probe_draft_s": round(probe.draft_s, 4), "probe_forward_over_s": round(probe.forward_over_s, 4),
                 "probe_share": round(probe_s / self.observed_s, 5) if self.observed_s else 0.0,
                 "idle_plans_held": self.idle_plans_held, "idle_plans_bounded": self.idle_plans_bounded,
-                "outlier_steps": self.costs.outliers.rejected, "decode_gain": round(self.decode_gain, 4)}
+                "outlier_steps": self.costs.outliers.rejected}
 
     @property
     def draft_host_s(self) -> float:
@@ -312,25 +289,19 @@ class AdaptiveVerifier(DepthPlan):
         """What the step's work without any draft is worth, in tokens. A pure decode step: one token per
         decoding request. A step that also prefills does work the closed loop pays whatever speculation does
         (the same prompts are prefilled either way), so verified positions there compete with decoding only:
-        the step's seconds are valued at the rate decoding alone runs: B tokens per cost(B, B) (no
-        speculation's decode rate) times `decode_gain` (what pure decode steps make of a second now, at least
-        1). Counting only the decode tokens made any speculation look good next to a prefill (at c=32 ShareGPT
-        most of the trained draft's verified positions were in such steps); valuing the step at the engine's
-        recent rate, prefill time included and so lower, still passed positions that cost more per token than
-        decoding does: n-gram, repetitive, c=32 verified deeper than k=2 (mean acceptance length 3.3 against
-        2.5), where only k=2 pays (k=4 0.97x of no speculation), and ran at 0.975x of k=2 (docs/performance.md).
-        Why the gain: the prompts cost the same whatever the policy, so the closed loop's time that a policy
-        moves is decoding's, and a second spent on a verified row is worth what a second of decoding makes
-        under the policy that runs (the marginal rate of a sustained ratio is the ratio itself). At no
-        speculation's rate, a step that prefilled took rows pure decode steps would not: n-gram repetitive c=32
-        verified at most 3 drafts a request in such steps only, and gained 2.5% (docs/performance.md)."""
+        the step's seconds are valued at the rate decoding alone runs, B tokens per cost(B, B) (no
+        speculation's decode rate, a floor under the rate speculation reaches). Counting only the decode
+        tokens made any speculation look good next to a prefill (at c=32 ShareGPT most of the trained draft's
+        verified positions were in such steps); valuing the step at the engine's recent rate, prefill time
+        included and so lower, still passed positions that cost more per token than decoding does: n-gram,
+        repetitive, c=32 verified deeper than k=2 (mean acceptance length 3.3 against 2.5), where only k=2
+        pays (k=4 0.97x of no speculation), and ran at 0.975x of k=2 (docs/performance.md)."""
         B = len(plan.decodes)
         if not plan.prefills or B == 0:
             return float(B)
         decode_s = self.cost.lookup(B, B) + self.overhead_s
         base_s = self.cost.lookup(B + len(plan.prefills), base_tokens) + self.overhead_s
-        gain = max(1.0, self.decode_gain) if self.value_at_decode_gain else 1.0
-        return max(float(B), gain * B * base_s / decode_s)
+        return max(float(B), B * base_s / decode_s)
 
     def learn(self, proposal: "Proposal", verify: list[tuple[int, object, int, int]], accepted: list[int]) -> None:
         rows = [(b, n, a) for (b, _, n, _), a in zip(verify, accepted) if b >= 0]

@@ -199,7 +199,6 @@ class LLMEngine:
                 row += 1
             else:
                 req.num_computed += chunk
-        output_before = sum(r.num_output for r, _ in plan.decodes)
         t0 = time.perf_counter()
         logits = self.runner.run(chunks)  # [rows, V]
         if logits.is_cuda:  # the forward's time, not its launch's, refreshes the cost table (the verify syncs anyway)
@@ -215,7 +214,7 @@ class LLMEngine:
             rows = [len(c.token_ids) for c in chunks]
             self._policy(self.adaptive.observe_step, time.perf_counter() - t_start, forward_s, draft_s, len(chunks),
                          sum(rows), not plan.prefills, len(plan.decodes), draft_depth, ragged_extra(rows),
-                         extra_groups(rows), sum(r.num_output for r, _ in plan.decodes) - output_before)
+                         extra_groups(rows))
         self.heap.maybe_trim()
         outputs = self._collect_outputs()
         self.step_times.observe(time.perf_counter() - t_start, forward_s, draft_s, self._policy_s)

@@ -204,11 +204,7 @@ def test_a_probe_drafts_only_the_request_with_the_least_to_catch_up_on():
 
 
 # three decoding requests next to a 512-token prefill chunk, at a CPU-like cost shape
-def _mixed_table() -> CostTable:
-    return CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
-
-
-MIXED_TABLE = _mixed_table()
+MIXED_TABLE = CostTable({(r, t): 0.040 + 0.0004 * t for r in (1, 4) for t in (1, 4, 8, 64, 600)})
 MIXED_DRAFT = {(1, 1): 0.0045, (4, 4): 0.005}
 MIXED_REQS = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(3)]
 PREFILL = (_Req(req_id="p", tokens=[1] * 600), 512)
@@ -241,36 +237,6 @@ def test_a_step_that_prefills_is_valued_at_the_decode_rate():
     assert sum(depths(0.05, [PREFILL])) == 0 and sum(depths(0.05, [])) == 0
     # 0.3 per draft beats decoding alone: drafted with or without the prefill
     assert sum(depths(0.3, [PREFILL])) > 0 and sum(depths(0.3, [])) > 0
-
-
-def test_a_step_that_prefills_values_its_seconds_at_the_decode_gain_of_the_policy_that_runs():
-    """Drafts that beat no speculation's decode rate but not what decoding makes of a second now (the decode
-    gain of pure decode steps) are drafted in pure decode steps only; without the gain, next to a prefill too."""
-    def drafted(gain: float, prefills: list, at_gain: bool = True) -> int:
-        av = _mixed_verifier(0.3)
-        av.decode_gain, av.value_at_decode_gain = gain, at_gain
-        return sum(d for _, d in _plan(av, prefills).decodes)
-
-    assert drafted(1.0, [PREFILL]) > 0 and drafted(0.5, [PREFILL]) > 0  # never valued below no speculation's rate
-    assert drafted(3.0, [PREFILL]) == 0 and drafted(3.0, []) > 0
-    assert drafted(3.0, [PREFILL], at_gain=False) > 0
-
-
-def test_pure_decode_steps_measure_the_gain_of_decoding():
-    """Tokens per modelled second of pure decode steps over no speculation's: 8 tokens from 4 requests in the
-    table's (4, 8) step against 4 in its (4, 4) step; steps that draft nothing read 1; steps that prefill and
-    steps that emitted nothing (not reported) leave it alone."""
-    table = _mixed_table()  # pure decode steps refresh it: a copy of its own, timed as it predicts
-    spec_s, plain_s = table.lookup(4, 8), table.lookup(4, 4)
-    av = AdaptiveVerifier(table, NgramEstimator(7))
-    for _ in range(400):
-        av.observe_step(spec_s, spec_s, 0.0, 4, 8, True, emitted=8)
-        av.observe_step(0.3, 0.3, 0.0, 4, 600, False, emitted=3)
-        av.observe_step(spec_s, spec_s, 0.0, 4, 8, True)
-    assert av.decode_gain == pytest.approx(2 * plain_s / spec_s, rel=1e-3)
-    for _ in range(400):
-        av.observe_step(plain_s, plain_s, 0.0, 4, 4, True, emitted=4)
-    assert av.decode_gain == pytest.approx(1.0, rel=1e-3)
 
 
 def test_steps_that_prefill_learn_what_their_drafts_delivered_cut_ones_included():
