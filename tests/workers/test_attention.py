@@ -222,7 +222,6 @@ def test_a_group_is_split_by_context_where_the_padding_saved_pays_for_a_group():
 def test_a_step_split_by_context_gives_every_row_the_logits_of_its_sequence_alone(default_model_dir, monkeypatch):
     """Sequences at contexts 90-1030 in one step, split into groups by context or not: every row's logits
     are those of its sequence run alone (each gathered over its own context only)."""
-    from workers.bench import prefilled_step
     from workers.config import EngineConfig
     from workers.engine import LLMEngine
     from workers.model_runner import StepChunk
