@@ -20,7 +20,8 @@ from workers.bench import _spec, _warmed, run_ours, sustained_plan, varied_lengt
 from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig
 from workers.attention import context_cost_slots
-from workers.cost_table import CostTable, ragged_extra
+from workers.cost_table import CostTable
+from workers.online_costs import ragged_extra
 from workers.engine import LLMEngine
 from workers.warmup_tables import PROFILE_KEY_SLOTS, target_table_path
 

@@ -19,13 +19,13 @@ import torch
 from workers.adaptive import AdaptiveVerifier
 from workers.attention import PREFILL_SEGMENT
 from workers.config import EngineConfig, SamplingParams
-from workers.cost_table import extra_groups, ragged_extra
 from workers.detokenizer import IncrementalDetokenizer
 from workers.heap import HeapTrimmer
 from workers.llama import LlamaForward
 from workers.metrics import LatencyStats, SpecStats, StepTimes
 from workers.model_runner import ModelRunner, StepChunk, pick_device, pick_dtype
 from workers.model_store import resolve_model
+from workers.online_costs import extra_groups, ragged_extra
 from workers.proposers.base import DraftInput, Proposal, Proposer
 from workers.proposers.factory import build_proposer
 from workers.rejection_sampler import SparseProbs, greedy_verify, rejection_sample

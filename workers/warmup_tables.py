@@ -3,7 +3,9 @@ ragged and context cells, and the draft's iterations and catch-ups, measured at 
 kept on disk keyed by model, dtype and hardware (workers/cost_table.py holds the table and its lookups)."""
 from __future__ import annotations
 
+import hashlib
 import logging
+import platform
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,7 +13,7 @@ import torch
 
 from workers.attention import SMALL_ROWS, padded_key_slots
 from workers.cost_measure import load_or_measure
-from workers.cost_table import DEFAULT_EXTRA_TOKENS, RAGGED_EXTRA, CostTable, hardware_key
+from workers.cost_table import DEFAULT_EXTRA_TOKENS, RAGGED_EXTRA, CostTable
 from workers.model_runner import ModelRunner, StepChunk
 from workers.model_store import cache_dir
 
@@ -119,3 +121,13 @@ def profile_rows(runner: ModelRunner, rows: list[int], context: int = PROFILE_CO
             torch.cuda.synchronize(runner.model.device)
     finally:
         runner.pool.free(blocks)
+
+
+def hardware_key(model: str, dtype: str, device: str) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    raw = f"{model}|{dtype}|{device}|{cpu}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]

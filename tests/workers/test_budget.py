@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from workers.budget import _ranked, allocate_capacity, choose_verify_lengths, plan_verify_lengths, survival
-from workers.cost_table import LEVEL_SHARE, CostTable, GroupCostFit, extra_groups
+from workers.cost_table import LEVEL_SHARE, CostTable
 
 PROFILE = [0.437, 0.503, 0.541, 0.571, 0.632, 0.628, 0.593]  # seed-notes conditional acceptance, k=7
 
@@ -396,14 +396,3 @@ def test_each_query_length_group_beyond_two_is_priced():
     table.group_s = 0.050
     assert choose_verify_lengths(s, table, 4, 4, 4.0).tolist() == [1, 1, 0, 0]  # lengths 2 and 1
     assert choose_verify_lengths(s, table, 4, 4, 4.0, draft_step_s=1e-6).tolist() == [3, 1, 0, 0]  # depth plan: not read
-
-
-def test_group_cost_is_the_slope_of_the_residual_over_extra_groups():
-    assert extra_groups([1, 1, 1]) == 0 and extra_groups([1, 5, 1]) == 0 and extra_groups([1, 2, 5, 3]) == 2
-    fit, rng = GroupCostFit(), np.random.default_rng(1)
-    assert fit.observe(0, 0.010) is None  # no step with extra groups yet
-    for i in range(400):
-        x = int(rng.integers(0, 3))
-        got = fit.observe(x, 0.004 + 0.003 * x + rng.normal(0, 0.002))  # table bias 4 ms, 3 ms a group
-    assert abs(got - 0.003) < 0.0006
-    assert GroupCostFit(min_weight=1).observe(2, -0.001) is None  # one point: no slope
