@@ -25,8 +25,6 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   "2026-12-06, fourth session"), while every round stepped the engines in one cyclic order, adaptive right
   after fixed k; each round has its own order since beada96. Read a variant against it, or run it beside the
   variant.
-- `noswitch`: the depth plan's bar back to drafting after a plan that drafted nothing (`SWITCH_MARGIN`,
-  workers/depth_plan.py) at 0: the variant returns to drafting as soon as drafting is rated above not drafting.
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
   re-measurement changed, apart from the price.
 - `cap2`, `cap4` (any `capD`): verifies what adaptive's trim chose, but at most D drafts per request. At n-gram
@@ -114,8 +112,6 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.mixed_ragged = False
     elif part == "noguard":
         engine.adaptive.costs.outliers.ratio = float("inf")
-    elif part == "noswitch":
-        engine.adaptive.switch_margin = 0.0
     elif part == "placebo":
         pass
     elif part == "alwaysreserve":
@@ -258,7 +254,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard", "placebo", "noswitch")
+         "oldrowprice", "oldtable", "noguard", "placebo")
 
 
 def _variants(text: str) -> list[str]:

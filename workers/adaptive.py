@@ -18,7 +18,7 @@ import torch
 from workers.budget import choose_verify_lengths, survival
 from workers.catch_up import CatchUpLedger
 from workers.cost_table import CostTable
-from workers.depth_plan import SWITCH_MARGIN, DepthPlan
+from workers.depth_plan import DepthPlan
 from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
 from workers.online_costs import OnlineTargetCosts
 from workers.plan_calibration import PlanCalibration
@@ -69,7 +69,6 @@ class AdaptiveVerifier(DepthPlan):
     # whole draft, as before (benchmarks/adaptive_variant_ab.py --variant wholeexplore)
     explore_in_open_block = True
     mixed_ragged = True  # the trim prices the ragged cost in steps that also prefill (budget.py); False for an A/B
-    switch_margin = SWITCH_MARGIN  # the bar back to drafting (workers/depth_plan.py); 0 for an A/B
 
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
                  draft_cost: CostTable | None = None, calibrate: bool = False,
@@ -92,7 +91,6 @@ class AdaptiveVerifier(DepthPlan):
         self.catch_ups = CatchUpLedger()  # what each request's draft first feeds, and its price
         self._idle_key: tuple | None = None  # the batch whose last depth plan drafted nothing
         self._idle_plans = 0  # plans since that one was computed
-        self._drafting = True  # the last computed pure decode plan drafted (SWITCH_MARGIN, depth_plan.py)
         # the last depth plan of a pure decode step, if it drafted: (its key, caps [B], `_planned`, the running
         # mean it read, plans it was reused for); see PLAN_HOLD_DRIFT (workers/depth_plan.py)
         self._held: tuple | None = None

@@ -62,15 +62,6 @@ if TYPE_CHECKING:
 # one process, 4 interleaved cycles; docs/performance.md, "After the grid").
 PLAN_HOLD_DRIFT = 0.05
 
-# Back to drafting after a pure decode plan that drafted nothing (probes aside), drafting must be rated this much
-# above not drafting. Near break-even the plan flipped between the two every few plans, and each return paid
-# the catch-up of every token the idle plans left undrafted (trained draft, repetitive c=8, sample 4, ad hoc,
-# not committed: 72 drafting and 68 plain pure decode steps; drafting steps 94.5 ms for 10.06 tokens with 12.4 ms
-# of drafting, where fixed k=1's 93.1 ms gave 10.29 and no speculation's 72.0 ms 8: 107.9 tok/s over those steps
-# against 110.5 for k=1 and 111.1 for no speculation). A step's drafting is not refused: only the bar to start
-# again is raised, by about what a return costs there (~15 ms of catch-up a return over ~8 steps of ~94 ms).
-SWITCH_MARGIN = 0.02
-
 
 class DepthPlan:
     """`AdaptiveVerifier.plan_depths` and its helpers (a mixin: the verifier holds the state)."""
@@ -108,8 +99,6 @@ class DepthPlan:
                 else:
                     self._idle_key, self._idle_plans, self._held = key, 0, None
                     self.idle_plans_bounded += 1
-                    if not plan.prefills:
-                        self._drafting = False
                 self._plan_idle(plan, reqs, depths, rows, step, row, calibrated)
                 return
         n = torch.tensor(depths)
@@ -128,7 +117,7 @@ class DepthPlan:
                 chosen = plan_verify_lengths(rated, self.cost, *step, self._base_emitted(plan, step[1]),
                                              self.overhead_s, iteration_s, amortised, draft_host_s=self.draft_host_s,
                                              decode_rows_floor=bool(plan.prefills),
-                                             **self._scales(row, calibrated, bool(plan.prefills)))
+                                             **(self.calibration.scales(row) if calibrated else {}))
                 caps = chosen.lengths
                 drafts = bool(caps.any())
                 if calibrated and drafts:  # the step pays its catch-ups whole: so does the prediction
@@ -136,8 +125,6 @@ class DepthPlan:
                     self._planned = (row, chosen.seconds + unpaid, scores)
                 gauged = self.calibrate and bool(plan.prefills) and drafts  # "Mixed steps" above
                 self._idle_key, self._idle_plans = (None if drafts else key), 0
-                if not plan.prefills:
-                    self._drafting = drafts
                 self._held = (key, caps, self._planned, self._prior, 0) if drafts and not plan.prefills else None
             # a probe's estimates reset the idle plan (`_remember`)
             probe = self._choose_probe(bool(caps.any()), depths, rows, step)
@@ -183,18 +170,10 @@ class DepthPlan:
                     for r, d, e in zip(reqs, depths, extra) if d > 0) * self.catch_ups.row_s(self.draft_cost, B)
         step_s = step_seconds(self.cost, B + len(plan.prefills), B + prefill_tokens, B, len(ranked),
                               self.overhead_s, decode_rows_floor=bool(plan.prefills))
-        scales = self._scales(row, calibrated, bool(plan.prefills))
+        scales = self.calibration.scales(row) if calibrated else {"plain_scale": 1.0, "spec_scale": 1.0}
         return drafting_cannot_pay(ranked, step_s, self._base_emitted(plan, B + prefill_tokens),
                                    scales["plain_scale"], scales["spec_scale"],
                                    self.draft_cost.lookup(B, B) + self.draft_host_s, least)
-
-    def _scales(self, row: int, calibrated: bool, mixed: bool) -> dict[str, float]:
-        """The time scales the depth plan reads (the calibration's, or none); in a pure decode step after a plan
-        that drafted nothing, not drafting's time divided by 1 + `switch_margin` (SWITCH_MARGIN): its rate raised."""
-        scales = self.calibration.scales(row) if calibrated else {"plain_scale": 1.0, "spec_scale": 1.0}
-        if not mixed and not self._drafting:
-            scales = {**scales, "plain_scale": scales["plain_scale"] / (1.0 + self.switch_margin)}
-        return scales
 
     def _plan_idle(self, plan: "ScheduledStep", reqs: list, depths: list[int], extra: list[int],
                    step: tuple[int, int], row: int, calibrated: bool) -> None:

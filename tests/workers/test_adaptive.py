@@ -497,26 +497,6 @@ def test_slow_steps_are_learned_once_they_are_most_of_the_recent_ones():
     assert guard.admits(5.0, 0.0)  # nothing predicted: nothing to compare with
 
 
-def test_back_to_drafting_after_a_plan_that_drafted_nothing_takes_the_switch_margin():
-    """Drafting resumes only when rated SWITCH_MARGIN above not drafting once a pure decode plan drafted nothing
-    (near break-even, flipping paid the catch-up of every idle stretch); a plan that drafts clears the bar."""
-    def drafts(prior: float, drafting: bool) -> bool:
-        av, req = _verifier(prior)
-        av._drafting = drafting
-        plan = ScheduledStep(decodes=[(req, 7)])
-        av.plan_depths(plan)
-        return plan.decodes[0][1] > 0
-
-    edge = next(p / 1000 for p in range(1, 1000) if drafts(p / 1000, True))
-    back = next(p / 1000 for p in range(1, 1000) if drafts(p / 1000, False))
-    assert 0.05 < edge < back  # one drafted position pays above ~0.11 here (TARGET, DRAFT)
-    assert abs((1 + back) / (1 + edge) - (1 + depth_plan_module.SWITCH_MARGIN)) < 0.003  # tokens 1 + p, same time
-    av, req = _verifier(prior=0.01)
-    assert av._drafting and _depth(av, req) == 0 and not av._drafting  # an idle pure decode plan
-    av._prior = torch.full((7,), 0.9)
-    assert _depth(av, _Req(req_id="o", tokens=[1] * 20)) > 0 and av._drafting
-
-
 def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
     """A plan that drafted nothing is not recomputed for the same requests (no new estimates; catch-ups only
     grow), at most PROBE_EVERY times in a row; another batch is planned afresh."""
@@ -561,7 +541,6 @@ def test_the_bound_read_from_the_running_mean_changes_no_depth_plan(monkeypatch)
             draft = CostTable({(r, t): draft_s * (1 + 0.05 * t) for r in (1, 4, 16) for t in (r, 17 * r)})
             av = AdaptiveVerifier(MIXED_TABLE, est, draft, calibrate=calibrate)
             av._prior, av.catch_ups.drafted_at, av.overhead_s = prior.clone(), dict(drafted), 0.003
-            av._drafting = len(out) % 3 > 0  # after a plan that drafted nothing: the switch margin
             plan = ScheduledStep(decodes=list(zip(reqs, depths)), prefills=prefills)
             av.plan_depths(plan)
             out.append([d for _, d in plan.decodes])
