@@ -2,13 +2,14 @@
 repetitive prompts, concurrency 1..32: no speculation, fixed k in {2, 4, 7}, adaptive (k <= 7). One run,
 configurations interleaved per concurrency, `--repeat` times (medians). Writes JSON and (the whole grid or a
 merge, not a part) two PNGs.
-Sustained rates (every slot refilled, no drain; see workers/bench.py) unless `--drained`, over
-max(`--per-slot` x c, `--min-requests`) requests per point, timed after the first wave. Every configuration of
-a point admits the same prompts. At c=32 a window of 32 requests after the first wave put adaptive at
-0.93-1.04x of no speculation depending on which 32 (the ratio per consecutive window, two runs); windows of
-64 at 0.95-1.01x; 256 at 0.97-1.00x (docs/performance.md, "The window"). `--untimed-waves 2` times the requests
-after a second wave instead: the first wave's leftovers are its slowest requests, which charges the policy whose
-speeds spread most (workers/bench.py sustained_plan).
+Sustained rates (every slot refilled, no drain; see workers/bench.py) unless `--drained`, over max(`--per-slot` x
+c, `--min-requests`) requests per point, timed after untimed waves. Every configuration of a point admits the same
+prompts. At c=32 a window of 32 requests after the first wave put adaptive at 0.93-1.04x of no speculation
+depending on which 32 (the ratio per consecutive window, two runs); windows of 64 at 0.95-1.01x; 256 at 0.97-1.00x
+(docs/performance.md, "The window"). The requests are timed after a second untimed wave (`--untimed-waves`, 2 by
+default since 2026-12-06's ninth session; 1 before): the first wave's leftovers are its slowest requests, which
+charges the policy whose speeds spread most (workers/bench.py sustained_plan); with two, the c=1-32 grid read 22 of
+24 points >= 0.98 on the medians, one wave's grids 17-21 (docs/performance.md, "ninth session").
 At c <= 2 the 8 requests of the grids before 2026-12-04 ranked configurations by the tails of the requests the
 window cuts (n-gram ShareGPT c=2: k=2 first in the window, k=7 8% faster over the whole run); 16 is the default
 since (docs/performance.md, "The grid at 688ddf1").
@@ -178,7 +179,7 @@ def _hits(summary: list[dict]) -> str:
 
 SETTINGS = ("modes", "repeat", "max_tokens", "sustained", "min_requests", "per_slot", "interleave", "fresh_prompts",
             "seed", "machine", "untimed_waves")
-SETTING_DEFAULTS = {"untimed_waves": 1}  # runs from before a setting existed ran as its default does
+SETTING_DEFAULTS = {"untimed_waves": 1}  # runs from before a setting existed ran as the default then did
 
 
 def machine() -> dict:
@@ -262,8 +263,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0,
                     help="the prompt sample (with --fresh-prompts, repeat r serves seed + r): another seed gives a run "
                          "whose samples are not the grid of record's, for --pool")
-    ap.add_argument("--untimed-waves", type=int, default=1, metavar="N",
-                    help="sustained: time the requests after N waves of c prompts (workers/bench.py sustained_plan)")
+    ap.add_argument("--untimed-waves", type=int, default=2, metavar="N",
+                    help="sustained: time the requests after N waves of c prompts (workers/bench.py sustained_plan); "
+                         "the grids before 2026-12-06's ninth session ran with 1")
     ap.add_argument("--out", default="benchmarks/results/adaptive_engine_cpu.json")
     ap.add_argument("--tables", metavar="JSON", help="only print the markdown tables of an earlier run")
     ap.add_argument("--merge", nargs="+", metavar="JSON",

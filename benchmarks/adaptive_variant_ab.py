@@ -58,7 +58,8 @@ against a mean balanced over recent requests, ran at 2d6b45b-667fd82; the balanc
 relaxes toward a slow mean per request count, ran at 7ed764f-73c77ea; the relaxation was then taken out:
 "2026-12-06, fourth session". `nogain`, steps that also prefill valued at no speculation's decode rate against
 that rate times the decode gain of pure decode steps, ran at 301b188-6681649; the gain was then taken out:
-"2026-12-06, eighth session".)
+"2026-12-06, eighth session". `noswitch`, the depth plan's bar back to drafting after a plan that drafted nothing
+(SWITCH_MARGIN, 2%) at 0, ran at 078b7f8; the margin was then taken out: "2026-12-06, ninth session".)
 """
 from __future__ import annotations
 
