@@ -69,11 +69,10 @@ class Scheduler:
     # ---- the step plan ----------------------------------------------------------------------------------
     def schedule(self, k: int, adaptive_drafts: bool = False) -> ScheduledStep:
         """adaptive_drafts: while prompts wait for prefill, reserve budget for a request whose last draft the
-        policy cut (the trim, or a draft model's depth plan drafting less than reserved: `Request.last_cut`) only
-        for the drafts it is likely to verify (one more than it verified last step), not for all k: the adaptive
-        policy trims the rest, and budget reserved for trimmed drafts would be lost to prefill for this step. A
-        request whose whole draft was verified keeps k (`cap_only_cut`): its short last draft was the proposer's,
-        and capping it only shortened its next one."""
+        trim cut only for the drafts it is likely to verify (one more than it verified last step), not for all
+        k: the adaptive policy trims the rest, and budget reserved for trimmed drafts would be lost to prefill
+        for this step. A request whose whole draft was verified keeps k (`cap_only_cut`): its short last draft
+        was the proposer's, and capping it only shortened its next one."""
         step = ScheduledStep()
         budget = self.token_budget
         prefilling = self.waiting or any(not r.is_decoding for r in self.running)
