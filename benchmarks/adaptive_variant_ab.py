@@ -25,9 +25,6 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   "2026-12-06, fourth session"), while every round stepped the engines in one cyclic order, adaptive right
   after fixed k; each round has its own order since beada96. Read a variant against it, or run it beside the
   variant.
-- `reservek`: beside waiting prompts the scheduler reserves k drafts for a request the depth plan drafted less
-  last step (a draft model's idle plans), as before 2026-12-06's ninth session (`LLMEngine.mark_plan_cuts`):
-  only the trim's cuts cap the reservation at one more than verified.
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
   re-measurement changed, apart from the price.
 - `cap2`, `cap4` (any `capD`): verifies what adaptive's trim chose, but at most D drafts per request. At n-gram
@@ -116,8 +113,6 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.mixed_ragged = False
     elif part == "noguard":
         engine.adaptive.costs.outliers.ratio = float("inf")
-    elif part == "reservek":
-        engine.mark_plan_cuts = False
     elif part == "placebo":
         pass
     elif part == "alwaysreserve":
@@ -260,7 +255,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard", "placebo", "reservek")
+         "oldrowprice", "oldtable", "noguard", "placebo")
 
 
 def _variants(text: str) -> list[str]:

@@ -52,10 +52,6 @@ class RequestOutput:
 
 
 class LLMEngine:
-    # a depth plan that drafts less than the scheduler reserved marks the request as cut (`Request.last_cut`);
-    # False: only the trim's cuts do, as before (benchmarks/adaptive_variant_ab.py --variant reservek)
-    mark_plan_cuts = True
-
     def __init__(self, config: EngineConfig | None = None, proposer: Proposer | None = None,
                  shard_peers: ShardPeers | None = None) -> None:
         """`proposer`: drafts from elsewhere (the cluster's drafter actors); default: built from config.spec.
@@ -175,7 +171,6 @@ class LLMEngine:
             self.heap.maybe_trim()
             return self._collect_outputs()
         self._policy_s = 0.0
-        offered = [d for _, d in plan.decodes]  # the drafts the scheduler reserved budget for
         if self.adaptive is not None:
             self._policy(self.adaptive.plan_depths, plan)
         t_draft = time.perf_counter()
@@ -188,14 +183,12 @@ class LLMEngine:
             self._policy(self.adaptive.trim, proposal, plan)
         chunks, verify = [], []  # verify: (row in the proposal or -1, request, drafts, first logits row)
         row = 0
-        for b, (req, planned) in enumerate(plan.decodes):
+        for b, (req, _) in enumerate(plan.decodes):
             n = int(proposal.num_drafts[b]) if proposal is not None else 0
             drafts = proposal.draft_tokens[b, :n].tolist() if n else []
             chunks.append(StepChunk([req.tokens[-1]] + drafts, req.num_computed, req.blocks, 1 + n))
             verify.append((b, req, n, row))
-            # the policy took less than the scheduler reserved: the trim cut the draft, or the depth plan drafted
-            # less (a draft model's idle plans: the scheduler had reserved k drafts a request beside prefills)
-            req.last_cut = (drafted is not None and n < drafted[b]) or (self.mark_plan_cuts and planned < offered[b])
+            req.last_cut = drafted is not None and n < drafted[b]
             row += 1 + n
         for req, chunk in plan.prefills:
             done = req.num_computed + chunk == len(req.tokens)

@@ -44,7 +44,7 @@ class Request:
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     num_preemptions: int = 0
     last_verified: int = 0  # drafts verified in its last decode step (the scheduler's draft reservation)
-    last_cut: bool = False  # the policy verified fewer drafts than the scheduler reserved (trim or depth plan)
+    last_cut: bool = False  # the trim verified fewer drafts than it drafted in that step
 
     def __post_init__(self) -> None:
         if not self.tokens:

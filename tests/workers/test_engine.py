@@ -180,33 +180,6 @@ def test_adaptive_verification_is_lossless_and_trims(tiny_target, tiny_draft, tm
     assert list((tmp_path / "cost_tables").glob("*.json"))  # persisted: a restart reuses it
 
 
-def test_the_engine_marks_a_request_the_depth_plan_drafted_less_than_reserved(tiny_target, tmp_path, monkeypatch):
-    """A depth plan that drafts less than the scheduler reserved (a draft model's idle plans) marks the request as
-    cut too, so beside waiting prompts the next step reserves one draft for it rather than k; a proposer's own
-    short draft, fully verified, does not."""
-    monkeypatch.setenv("SPECFLEET_CACHE", str(tmp_path))
-    eng = _engine(tiny_target, SpecConfig(method="ngram", k=6, ngram_min=1, verify="adaptive", cost_table_budget_s=5))
-    expected = []
-
-    def plan_the_first_idle(plan) -> None:
-        offered = [d for _, d in plan.decodes]
-        plan.decodes = [(req, 0 if b == 0 else d) for b, (req, d) in enumerate(plan.decodes)]
-        expected.append([(req, b == 0 and d > 0) for b, ((req, _), d) in enumerate(zip(plan.decodes, offered))])
-
-    eng.adaptive.plan_depths = plan_the_first_idle
-    eng.adaptive.trim = lambda proposal, plan: None  # every draft verified
-    for p in PROMPTS:
-        eng.add_request(p, _greedy())
-    checked = 0
-    while eng.has_unfinished():
-        before = len(expected)
-        eng.step()
-        if len(expected) > before:
-            assert [req.last_cut for req, _ in expected[-1]] == [cut for _, cut in expected[-1]]
-            checked += 1
-    assert checked > 0 and any(cut for step in expected for _, cut in step)
-
-
 def test_the_engine_marks_each_request_whose_draft_the_trim_cut(tiny_target, tmp_path, monkeypatch):
     """`Request.last_cut`, which the scheduler's draft reservation reads: set in every decode step, True only
     where the trim verified fewer drafts than were drafted."""
