@@ -59,7 +59,9 @@ relaxes toward a slow mean per request count, ran at 7ed764f-73c77ea; the relaxa
 "2026-12-06, fourth session". `nogain`, steps that also prefill valued at no speculation's decode rate against
 that rate times the decode gain of pure decode steps, ran at 301b188-6681649; the gain was then taken out:
 "2026-12-06, eighth session". `noswitch`, the depth plan's bar back to drafting after a plan that drafted nothing
-(SWITCH_MARGIN, 2%) at 0, ran at 078b7f8; the margin was then taken out: "2026-12-06, ninth session".)
+(SWITCH_MARGIN, 2%) at 0, ran at 078b7f8; the margin was then taken out. `reservek`, the draft reservation beside
+waiting prompts kept at k after a depth plan that drafted less than reserved, ran at dc384d9; the smaller
+reservation was then taken out: both "2026-12-06, ninth session".)
 """
 from __future__ import annotations
 
