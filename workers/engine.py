@@ -28,11 +28,10 @@ from workers.model_store import resolve_model
 from workers.online_costs import extra_groups, ragged_extra
 from workers.proposers.base import DraftInput, Proposal, Proposer
 from workers.proposers.factory import build_proposer
-from workers.rejection_sampler import SparseProbs, greedy_verify, rejection_sample
 from workers.request import Request, Status
-from workers.sampling import BatchSampling
 from workers.scheduler import Scheduler
-from workers.tensor_parallel import ProcessShardPeers, ShardPeers, init_group, local_shard_devices, shard_model
+from workers.step_sampling import VerifyRow, sample_verified
+from workers.tensor_parallel import ShardPeers, attach_shard_peers
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +64,7 @@ class LLMEngine:
         device = pick_device(config.device)
         dtype = pick_dtype(config.dtype, device)
         self.model, hf_config = LlamaForward.load(folder, device, dtype, config.batch_invariant)
-        self.shard_peers = self._shard(shard_peers)
+        self.shard_peers = attach_shard_peers(self.model, config, shard_peers)
         # bf16/fp16 blocks of small rows rely on GEMM rows that do not depend on M: checked per weight shape
         # when the model loads (LlamaForward.plan_row_invariance). None: not checked (fp32, or off).
         self.gemm_rows_invariant: bool | None = self.model.rows_invariant
@@ -97,22 +96,6 @@ class LLMEngine:
         self.heap = HeapTrimmer(config.heap_trim_interval_s)
         self._ids = itertools.count()
         self._rng = random.Random()
-
-    def _shard(self, peers: ShardPeers | None) -> ShardPeers | None:
-        world = self.config.tensor_parallel_size
-        if world == 1:
-            if peers is not None:
-                raise ValueError("shard peers were given but tensor_parallel_size is 1")
-            return None
-        if peers is None:  # outside a cluster: the peers are local processes
-            gpus = torch.cuda.device_count() if self.model.device.type == "cuda" else 0
-            peers = ProcessShardPeers(self.config, devices=local_shard_devices(self.model.device, world, gpus))
-        if peers.world_size != world:
-            raise ValueError(f"tensor_parallel_size={world} but {peers.world_size} shard peers were given")
-        init_group(0, world, peers.init_method, self.model.device)
-        shard_model(self.model, 0, world)
-        peers.wait_ready()
-        return peers
 
     # ---- requests ---------------------------------------------------------------------------------------
     def encode_prompt(self, prompt: str | list[int], chat: bool = False) -> list[int]:
@@ -241,30 +224,9 @@ class LLMEngine:
             req.proposer_synced = len(req.tokens)
         return self.proposer.propose(batch)
 
-    def _verify(self, logits: torch.Tensor, verify: list[tuple[int, Request, int, int]],
-                proposal: Proposal | None) -> None:
-        """Sample every request that produced logits; verify[i] = (row in the proposal or -1 for a
-        completed prefill, request, drafts verified, first logits row)."""
-        dev = logits.device
-        K = max(n for _, _, n, _ in verify)
-        rows = torch.tensor([[r0 + min(j, n) for j in range(K + 1)] for _, _, n, r0 in verify], device=dev)
-        drafts = torch.full((len(verify), K), -1, dtype=torch.long)
-        probs = None
-        if K > 0 and proposal is not None:
-            src = torch.tensor([max(b, 0) for b, _, _, _ in verify])
-            has = torch.tensor([b >= 0 for b, _, _, _ in verify])
-            drafts = torch.where(has[:, None], proposal.draft_tokens[src, :K], -1)
-            if proposal.probs is not None:
-                probs = SparseProbs(proposal.probs.idx[src, :K].to(dev), proposal.probs.val[src, :K].to(dev))
-        sampling = BatchSampling.build(
-            [(r.params.temperature, r.params.top_k, r.params.top_p, r.seed, r.num_output) for _, r, _, _ in verify],
-            dev)
-        num_draft = torch.tensor([n for _, _, n, _ in verify], device=dev)
-        if bool(sampling.greedy.all()):  # argmax before gathering: no [B, K+1, V] copy, no softmax
-            out, num_acc = greedy_verify(logits.argmax(-1)[rows], drafts.to(dev), num_draft)
-        else:
-            out, num_acc = rejection_sample(logits[rows], drafts.to(dev), num_draft, probs, sampling)
-        out_l, acc_l = out.tolist(), num_acc.tolist()  # the step's one host sync
+    def _verify(self, logits: torch.Tensor, verify: list[VerifyRow], proposal: Proposal | None) -> None:
+        """Sample every request that produced logits (workers/step_sampling.py), then append and account."""
+        out_l, acc_l = sample_verified(logits, verify, proposal)
         if self.adaptive is not None and proposal is not None:
             self._policy(self.adaptive.learn, proposal, verify, acc_l)
         now = time.perf_counter()
@@ -281,29 +243,12 @@ class LLMEngine:
                 self.scheduler.commit_full_blocks(req)
 
     def _append(self, req: Request, new: list[int], now: float) -> None:
-        """Append accepted tokens, honouring EOS / stop ids / max_tokens / context limit / stop strings."""
-        reason = None
-        kept = []
-        for t in new:
-            kept.append(t)
-            if t in req.stop_ids:
-                reason = "stop"
-                break
-            if req.num_output + len(kept) >= req.max_tokens:
-                reason = "length"
-                break
-        req.tokens.extend(kept)
-        if req.first_token_time is None:
-            req.first_token_time = now
+        """Append accepted tokens (`Request.append_output`), record their latencies, finish on a stop."""
+        first = req.first_token_time is None
+        reason, gaps = req.append_output(new, now)
+        if first:
             self.latency.ttft.append(now - req.arrival)
-        elif req.last_token_time is not None:
-            gap = (now - req.last_token_time) / len(kept)
-            req.itl.extend([gap] * len(kept))
-            self.latency.itl.extend([gap] * len(kept))
-        req.last_token_time = now
-        if req.detok.push(kept):
-            reason = "stop"
-        req.text = req.detok.text
+        self.latency.itl.extend(gaps)
         if reason is not None:
             self._finish(req, reason)
 

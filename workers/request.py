@@ -70,3 +70,29 @@ class Request:
     @property
     def finished(self) -> bool:
         return self.status is Status.FINISHED
+
+    def append_output(self, new: list[int], now: float) -> tuple[str | None, list[float]]:
+        """Append a step's accepted tokens, up to a stop id or max_tokens, and feed the detokenizer (stop
+        strings). Returns the finish reason (None: not finished) and the inter-token gaps of the tokens kept
+        (none for the first token: its time to first token is `now - arrival`)."""
+        reason, kept = None, []
+        for t in new:
+            kept.append(t)
+            if t in self.stop_ids:
+                reason = "stop"
+                break
+            if self.num_output + len(kept) >= self.max_tokens:
+                reason = "length"
+                break
+        self.tokens.extend(kept)
+        gaps: list[float] = []
+        if self.first_token_time is None:
+            self.first_token_time = now
+        elif self.last_token_time is not None:
+            gaps = [(now - self.last_token_time) / len(kept)] * len(kept)
+            self.itl.extend(gaps)
+        self.last_token_time = now
+        if self.detok.push(kept):
+            reason = "stop"
+        self.text = self.detok.text
+        return reason, gaps

@@ -234,3 +234,22 @@ class ProcessShardPeers:
             c.close()
         for p in self._procs:
             p.join(timeout=5)
+
+
+def attach_shard_peers(model: LlamaForward, config, peers: ShardPeers | None) -> ShardPeers | None:
+    """Make `model` rank 0 of a tensor-parallel target of `config.tensor_parallel_size` ranks: its own shard,
+    and the peers (ranks 1..) joined in one group; without `peers`, local processes. None when the size is 1."""
+    world = config.tensor_parallel_size
+    if world == 1:
+        if peers is not None:
+            raise ValueError("shard peers were given but tensor_parallel_size is 1")
+        return None
+    if peers is None:  # outside a cluster: the peers are local processes
+        gpus = torch.cuda.device_count() if model.device.type == "cuda" else 0
+        peers = ProcessShardPeers(config, devices=local_shard_devices(model.device, world, gpus))
+    if peers.world_size != world:
+        raise ValueError(f"tensor_parallel_size={world} but {peers.world_size} shard peers were given")
+    init_group(0, world, peers.init_method, model.device)
+    shard_model(model, 0, world)
+    peers.wait_ready()
+    return peers
