@@ -39,6 +39,8 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   cost per token, (b + d r) / (1 + its survival summed to d), b a plain step's seconds per request and r a
   verified row's (the table's step with one more row per request, over the plain one), whatever the others do
   (row blocks and the ragged cost are not priced).
+- `stale8` (any `staleN`): the depth plan's plain-step time ratio goes stale after N drafting steps without a
+  plain step (workers/plan_calibration.py, PLAIN_STALE_STEPS, 32) and then borrows the drafting steps' ratio.
 - `uniformcap`: verifies what adaptive's trim chose, but at most the depth that every request verifying the same
   count (at most its drafts) would pick for this step's tokens per second (at least 1): the depth a fixed-k
   schedule would choose for this batch, as a cap on the trim's deeper choices.
@@ -220,7 +222,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", required=True, type=_variants,
                     help="one or more of (comma-separated): " + ", ".join(PARTS)
-                    + ", capD (D drafts; capDmixed, capDpure), perrequest, uniformcap, rowsxF (F x row price)")
+                    + ", capD (D drafts; capDmixed, capDpure), perrequest, uniformcap, rowsxF (F x row price), staleN")
     ap.add_argument("--fixed", default="2,4,7", help="the fixed k run beside them")
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
@@ -244,6 +246,8 @@ def main() -> None:
             _after_trim(engine, part)
         elif part.startswith("rowsx"):
             _rows_priced(engine, float(part[5:]))
+        elif re.fullmatch(r"stale\d+", part):
+            engine.adaptive.calibration.plain_stale_steps = int(part[5:])
         else:
             _without(engine, part)
         bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, args.seed)  # run_bench takes it for the variant
@@ -264,7 +268,8 @@ def _variants(text: str) -> list[str]:
     parts = text.split(",")
     for p in parts:
         if p not in PARTS and p not in ("perrequest", "uniformcap") and not re.fullmatch(r"cap\d+(mixed|pure)?", p) \
-                and not (p.startswith("rowsx") and p[5:].replace(".", "", 1).isdigit()):
+                and not (p.startswith("rowsx") and p[5:].replace(".", "", 1).isdigit()) \
+                and not re.fullmatch(r"stale\d+", p):
             raise argparse.ArgumentTypeError(f"unknown variant {p!r}")
     return parts
 
