@@ -4,7 +4,7 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 
 - `noexplore`: the n-gram verifier's exploration (nothing verified beyond the trim every EXPLORE_EVERY cutting
   trims; workers/adaptive.py).
-- `wholeexplore`: exploration's bound to the open row block (`explore_in_open_block`): the variant explores
+- `wholeexplore`: exploration's bound to the open row block (`Exploration.in_open_block`): the variant explores
   whole drafts, as before that bound, whether or not they open a block.
 - `alwaysreserve`: the scheduler's draft cap (`Scheduler.cap_only_cut`): while prompts wait, the variant caps
   every request's drafts at one more than it verified last step, not only the requests the trim cut.
@@ -112,7 +112,7 @@ def _without(engine: LLMEngine, part: str) -> None:
     if part == "noexplore":
         engine.adaptive.estimator.explores = False
     elif part == "wholeexplore":
-        engine.adaptive.explore_in_open_block = False
+        engine.adaptive.exploration.in_open_block = False
     elif part == "oldrowprice":
         engine.adaptive.mixed_ragged = False
     elif part == "noguard":

@@ -20,6 +20,7 @@ from workers.catch_up import CatchUpLedger
 from workers.cost_table import CostTable
 from workers.depth_plan import DepthPlan
 from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
+from workers.exploration import Exploration
 from workers.online_costs import OnlineTargetCosts
 from workers.plan_calibration import PlanCalibration
 from workers.probes import ProbeSchedule
@@ -30,14 +31,6 @@ if TYPE_CHECKING:
     from workers.proposers.base import Proposal
     from workers.scheduler import ScheduledStep
 
-# Every this many trims that cut a draft, the request with the most cut positions verifies more of its draft
-# (estimators that `explore`: the n-gram table). Positions rated low are otherwise never verified, so never
-# relabelled (the one label source the n-gram table lacks, having no warm-up). Not shown to matter alone: with
-# fading, after a ShareGPT history, repetitive prompts at c=4 stayed at 0.88-0.91x of fixed k=7 either way
-# (docs/performance.md). With row blocks (the batch-invariant path) it verifies only the cut positions that fit
-# the step's last open row block, and waits for a step with room: a whole draft opened a block of its own at
-# n-gram ShareGPT c=32 (32 decode rows fill one), and without exploration adaptive read 1.2% faster there.
-EXPLORE_EVERY = 8
 # The running mean of the estimates moves by PRIOR_RATE per position drafted (~10 positions). Per step instead,
 # one probe's estimate weighed as much as a step that drafted 23 requests: at ShareGPT c=32 (interleaved with
 # no speculation; ad-hoc log, not committed) probes' position-1 estimates averaged ~0.31, the drafts of the
@@ -65,9 +58,6 @@ class CapacityPlanner(Protocol):
 
 
 class AdaptiveVerifier(DepthPlan):
-    # exploration verifies only the cut positions that fit the last open row block (EXPLORE_EVERY); False: the
-    # whole draft, as before (benchmarks/adaptive_variant_ab.py --variant wholeexplore)
-    explore_in_open_block = True
     mixed_ragged = True  # the trim prices the ragged cost in steps that also prefill (budget.py); False for an A/B
 
     def __init__(self, cost: CostTable, estimator: LogisticEstimator | NgramEstimator,
@@ -94,9 +84,8 @@ class AdaptiveVerifier(DepthPlan):
         # the last depth plan of a pure decode step, if it drafted: (its key, caps [B], `_planned`, the running
         # mean it read, plans it was reused for); see PLAN_HOLD_DRIFT (workers/depth_plan.py)
         self._held: tuple | None = None
-        self._since_explore = 0  # trims that cut a draft since the last full-draft verification
         self._search_s = 0.0  # the trim's search time (TRIM_SEARCH_RATE)
-        self.explored_positions = 0
+        self.exploration = Exploration()  # now and then the trim verifies more (workers/exploration.py)
         self._verified_last: dict[str, tuple[int, int]] = {}  # req_id -> its last (verified, accepted) drafts
         self.costs = OnlineTargetCosts(cost)  # the target's table refreshed from observed steps
         self.calibration = PlanCalibration()  # the depth plan's predictions against the steps it chose
@@ -114,6 +103,10 @@ class AdaptiveVerifier(DepthPlan):
         est = NgramEstimator(engine.k) if engine.config.spec.method == "ngram" else LogisticEstimator(engine.k, 3)
         mode = engine.config.spec.calibrate_plan
         return cls(cost, est, draft_cost, calibrate=mode != "off", calibrate_survival=mode == "time+survival")
+
+    @property
+    def explored_positions(self) -> int:
+        return self.exploration.positions
 
     @property
     def estimator_ready(self) -> bool:
@@ -146,7 +139,9 @@ class AdaptiveVerifier(DepthPlan):
                                             self._base_emitted(plan, base_tokens), self.overhead_s,
                                             prefill_tokens=prefill_tokens, mixed_ragged=self.mixed_ragged)
             self._search_s += TRIM_SEARCH_RATE * (time.perf_counter() - t - self._search_s)
-        kept = torch.minimum(n, self._maybe_explore(lengths, n, plan))
+        if getattr(self.estimator, "explores", False):
+            lengths = self.exploration.extend(lengths, n, plan, self.cost.row_block)
+        kept = torch.minimum(n, lengths)
         offered, verified = sum(depths), int(kept.sum())
         self.offered_positions += offered
         if verified < offered:
@@ -171,39 +166,6 @@ class AdaptiveVerifier(DepthPlan):
         if self.cost.ragged and B > 1 and min(depths) != max(depths):
             rows_s += float(self.cost.ragged_array(B if prefill_tokens else requests, np.array([max(depths)]))[0])
         return rows_s
-
-    def _maybe_explore(self, lengths: torch.Tensor, n: torch.Tensor, plan: "ScheduledStep") -> torch.Tensor:
-        """Every EXPLORE_EVERY trims that cut a draft (for an estimator that `explores`): the request with the
-        most cut positions verifies its whole draft, or with row blocks as much of it as fits the step's last
-        open block (`_block_room`), so every position keeps being labelled. The choice depends only on the
-        drafts, their estimates and the step's shape, so the labels stay unbiased given the features."""
-        if not getattr(self.estimator, "explores", False):
-            return lengths
-        kept = torch.minimum(n, lengths)  # [B]
-        cut = n - kept
-        if not bool(cut.any()):
-            return lengths
-        self._since_explore += 1
-        if self._since_explore < EXPLORE_EVERY:
-            return lengths
-        room = self._block_room(plan, int(kept.sum()))
-        if room == 0:
-            return lengths  # due, at the next step with room
-        self._since_explore = 0
-        b = int(cut.argmax())
-        extra = min(int(cut[b]), room)
-        self.explored_positions += extra
-        kept[b] += extra
-        return kept
-
-    def _block_room(self, plan: "ScheduledStep", verified: int) -> int:
-        """Rows left in the last row block of the step's small rows (decodes, their `verified` drafts, prefill
-        chunks of <= one block), packed densely as the cost table reads them; any number without row blocks."""
-        q = self.cost.row_block
-        if q <= 1 or not self.explore_in_open_block:
-            return 1 << 30
-        rows = len(plan.decodes) + verified + sum(c for _, c in plan.prefills if c <= q)
-        return -rows % q
 
     def _remember(self, plan: "ScheduledStep", probs: torch.Tensor, n: torch.Tensor, depths: list[int]) -> None:
         """Move the running mean the next depth plan reads by this step's estimates (drafted positions only),
@@ -271,7 +233,7 @@ class AdaptiveVerifier(DepthPlan):
         probe_s = probe.draft_s + probe.forward_over_s
         return {"verified_per_step": self.verified_positions / steps if steps else 0.0,
                 "offered_positions": self.offered_positions, "drafted_positions": self.drafted_positions,
-                "explored_positions": self.explored_positions, "probes": probe.probes,
+                "explored_positions": self.exploration.positions, "probes": probe.probes,
                 "probe_draft_s": round(probe.draft_s, 4), "probe_forward_over_s": round(probe.forward_over_s, 4),
                 "probe_share": round(probe_s / self.observed_s, 5) if self.observed_s else 0.0,
                 "idle_plans_held": self.idle_plans_held, "idle_plans_bounded": self.idle_plans_bounded,
