@@ -3,7 +3,7 @@ a second adaptive engine that lacks that part, beside no speculation, fixed k an
 interleaved cycles (`point_variance.py` reads the second engine as a variant). The parts:
 
 - `noexplore`: the n-gram verifier's exploration (nothing verified beyond the trim every EXPLORE_EVERY cutting
-  trims; workers/adaptive.py).
+  trims; workers/exploration.py).
 - `wholeexplore`: exploration's bound to the open row block (`Exploration.in_open_block`): the variant explores
   whole drafts, as before that bound, whether or not they open a block.
 - `alwaysreserve`: the scheduler's draft cap (`Scheduler.cap_only_cut`): while prompts wait, the variant caps

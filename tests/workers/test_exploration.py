@@ -11,7 +11,7 @@ from workers.exploration import EXPLORE_EVERY
 from workers.scheduler import ScheduledStep
 
 
-def _Req(req_id: str, tokens: list[int]) -> SimpleNamespace:  # what the trim reads of a request
+def _request(req_id: str, tokens: list[int]) -> SimpleNamespace:  # what the trim reads of a request
     return SimpleNamespace(req_id=req_id, tokens=tokens)
 
 
@@ -22,7 +22,7 @@ def test_an_ngram_verifier_verifies_one_whole_draft_every_few_trims():
     est.observe(torch.full((200, 7, 1), 2.0), torch.full((200,), 7), torch.zeros(200, dtype=torch.long))
     table = CostTable({(r, t): 0.1 + 0.01 * t for r in (2,) for t in range(2, 17)})  # drafts never pay
     av = AdaptiveVerifier(table, est)
-    reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(2)]
+    reqs = [_request(req_id=f"r{i}", tokens=[1] * 20) for i in range(2)]
     verified = []
     for _ in range(2 * EXPLORE_EVERY):
         plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
@@ -43,7 +43,7 @@ def test_with_row_blocks_exploration_verifies_only_what_fits_the_open_block():
     av = AdaptiveVerifier(table, est)
 
     def trim(batch: int) -> list[int]:
-        reqs = [_Req(req_id=f"r{i}", tokens=[1] * 20) for i in range(batch)]
+        reqs = [_request(req_id=f"r{i}", tokens=[1] * 20) for i in range(batch)]
         plan = ScheduledStep(decodes=[(r, 7) for r in reqs])
         drafts = torch.full((batch,), 7)
         drafts[-1] = 5
