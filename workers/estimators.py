@@ -15,7 +15,7 @@ verification outcomes.
 - `NgramEstimator` (n-gram drafts, no logits): historical acceptance keyed by (match length, the request's
   last verification, position), smoothed with a Beta prior, over a fading memory of recent outcomes. It has
   no warm-up, so the verifier keeps its labels flowing by verifying one full draft now and then
-  (`explores`; see adaptive.py).
+  (`explores`; see exploration.py).
 """
 from __future__ import annotations
 
