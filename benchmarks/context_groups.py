@@ -1,4 +1,4 @@
-"""What splitting a step's query tile by context saves (`attention.split_by_context`): plain and ragged decode
+"""What splitting a step's query tile by context saves (`attention_groups.split_by_context`): plain and ragged decode
 steps of the default model at ShareGPT-like contexts (each sequence's chat prompt, capped at 1000 tokens, plus
 0-48 generated), timed with the split (`GROUP_COST_SLOTS`) and without it (one group per query tile, every
 sequence's keys padded to the longest context), interleaved shape by shape, medians of the repeats. Only time
@@ -17,7 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
-import workers.attention as attention
+import workers.attention_groups as attention_groups
 from workers.config import EngineConfig, SpecConfig
 from workers.engine import LLMEngine
 from workers.model_runner import ModelRunner, StepChunk
@@ -58,16 +58,16 @@ def main() -> None:
             cases[f"{b} x 1, draw {draw}"] = ([1] * b, contexts)
             mix = [1] * (b - b // 4) + [2 + i % 4 for i in range(b // 4)]
             cases[f"{b - b // 4} x 1 + {b // 4} x (2..5), draw {draw}"] = (mix, contexts)
-    split = attention.GROUP_COST_SLOTS
+    split = attention_groups.GROUP_COST_SLOTS
     times: dict[tuple[str, int], list[float]] = {(k, s): [] for k in cases for s in (split, NO_SPLIT)}
     try:
         for _ in range(a.repeats + 1):  # the first round warms up and is dropped
             for name, (rows, contexts) in cases.items():
                 for s in (split, NO_SPLIT):
-                    attention.GROUP_COST_SLOTS = s
+                    attention_groups.GROUP_COST_SLOTS = s
                     times[name, s].append(_forward_s(engine.runner, rows, contexts))
     finally:
-        attention.GROUP_COST_SLOTS = split
+        attention_groups.GROUP_COST_SLOTS = split
     points = []
     for name, (rows, contexts) in cases.items():
         with_split, without = (statistics.median(times[name, s][1:]) for s in (split, NO_SPLIT))

@@ -1,4 +1,4 @@
-"""Closed-loop A/B of `attention.GROUP_COST_ROWS` settings in one process: each engine runs its steps under
+"""Closed-loop A/B of `attention_groups.GROUP_COST_ROWS` settings in one process: each engine runs its steps under
 its own setting (`MODE@G`; `MODE@G/T` reads the target cost table measured under T instead, so the grouping
 and the table it was priced with can be told apart), all engines interleaved step by step, several cycles.
 Ratios are per cycle against the best engine that is not adaptive.
@@ -14,7 +14,7 @@ import json
 import statistics
 from pathlib import Path
 
-import workers.attention as attention
+import workers.attention_groups as attention_groups
 import workers.warmup_tables as warmup_tables
 from workers.bench import _spec, _warmed, sustained_plan, varied_lengths, workload_prompts
 from workers.closed_loop import ClosedLoop, run_interleaved
@@ -25,24 +25,24 @@ from workers.engine import LLMEngine
 def build(mode: str) -> LLMEngine:
     """`MODE@G[/T]`: an engine whose steps group lengths at G padded rows, priced by the table measured at T."""
     spec, _, setting = mode.partition("@")
-    grouping, _, table = (setting or str(attention.GROUP_COST_ROWS)).partition("/")
+    grouping, _, table = (setting or str(attention_groups.GROUP_COST_ROWS)).partition("/")
     g, t = int(grouping), int(table or grouping)
-    saved, table_path = attention.GROUP_COST_ROWS, warmup_tables.target_table_path
-    attention.GROUP_COST_ROWS = t  # the warm-up (if no table is on disk for T yet) measures under T
+    saved, table_path = attention_groups.GROUP_COST_ROWS, warmup_tables.target_table_path
+    attention_groups.GROUP_COST_ROWS = t  # the warm-up (if no table is on disk for T yet) measures under T
     if t != saved:  # a table of its own, next to the served one
         warmup_tables.target_table_path = lambda e: table_path(e).with_name(f"{table_path(e).stem}-groups{t}.json")
     try:
         engine = LLMEngine(EngineConfig(kv_cache_memory_gb=0.5, spec=_spec(spec, 7)))
     finally:
-        attention.GROUP_COST_ROWS, warmup_tables.target_table_path = saved, table_path
+        attention_groups.GROUP_COST_ROWS, warmup_tables.target_table_path = saved, table_path
     step = engine.step
 
     def grouped_step():
-        attention.GROUP_COST_ROWS = g
+        attention_groups.GROUP_COST_ROWS = g
         try:
             return step()
         finally:
-            attention.GROUP_COST_ROWS = saved
+            attention_groups.GROUP_COST_ROWS = saved
 
     engine.step = grouped_step
     return _warmed(engine, 48, 0)

@@ -19,7 +19,7 @@ import time
 from workers.bench import _spec, _warmed, run_ours, sustained_plan, varied_lengths, workload_prompts
 from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig
-from workers.attention import context_cost_slots
+from workers.attention_groups import context_cost_slots
 from workers.cost_table import CostTable
 from workers.online_costs import ragged_extra
 from workers.engine import LLMEngine

@@ -1,4 +1,4 @@
-"""What a ragged decode/verify step costs under each setting of `attention.GROUP_COST_ROWS`: the price, in
+"""What a ragged decode/verify step costs under each setting of `attention_groups.GROUP_COST_ROWS`: the price, in
 padded query rows, the attention's grouping puts on one more tiled group (sequences grouped by query length,
 each group padded to its own longest query). A setting only decides how sequences are grouped, never what
 they compute, so the outputs are the same; only time differs. Each shape is one forward of the default model
@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 import workers.attention as attention
+import workers.attention_groups as attention_groups
 from workers.config import EngineConfig, SpecConfig
 from workers.engine import LLMEngine
 from workers.model_runner import ModelRunner, StepChunk
@@ -64,15 +65,15 @@ def _forward_s(runner: ModelRunner, rows: list[int], context: int) -> float:
 def measure(runner: ModelRunner, context: int, requests: int, settings: list[int], repeats: int) -> dict:
     cases = shapes(requests)
     times: dict[tuple[str, int], list[float]] = {(k, s): [] for k in cases for s in settings}
-    default = attention.GROUP_COST_ROWS, getattr(attention, "GROUP_COST_ROWS_CUDA", None)  # None: before it
+    default = attention_groups.GROUP_COST_ROWS, attention_groups.GROUP_COST_ROWS_CUDA
     try:
         for _ in range(repeats + 1):  # the first round warms up and is dropped
             for name, rows in cases.items():
                 for s in settings:
-                    attention.GROUP_COST_ROWS = attention.GROUP_COST_ROWS_CUDA = s
+                    attention_groups.GROUP_COST_ROWS = attention_groups.GROUP_COST_ROWS_CUDA = s
                     times[name, s].append(_forward_s(runner, rows, context))
     finally:
-        attention.GROUP_COST_ROWS, attention.GROUP_COST_ROWS_CUDA = default
+        attention_groups.GROUP_COST_ROWS, attention_groups.GROUP_COST_ROWS_CUDA = default
     medians = {name: {str(s): round(1e3 * statistics.median(times[name, s][1:]), 2) for s in settings}
                for name in cases}
     ragged = [n for n, rows in cases.items() if len(set(rows)) > 1]

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from workers import warmup_tables as W
-from workers.attention import padded_key_slots
+from workers.attention_groups import padded_key_slots
 from workers.bench import _spec
 from workers.config import EngineConfig
 from workers.cost_measure import measure

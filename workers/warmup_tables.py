@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from workers.attention import SMALL_ROWS, padded_key_slots
+from workers.attention import SMALL_ROWS
+from workers.attention_groups import padded_key_slots
 from workers.cost_measure import load_or_measure
 from workers.cost_table import DEFAULT_EXTRA_TOKENS, RAGGED_EXTRA, CostTable
 from workers.model_runner import ModelRunner, StepChunk
