@@ -1,9 +1,9 @@
 """Host time of the adaptive verifier's calls in one engine step (depth plan, trim, learning from the outcome,
-cost refresh) for a draft model, on synthetic tables shaped like this CPU's, hot and "cold": in the engine
+cost refresh) for a draft model or n-gram drafts, on synthetic tables shaped like this CPU's, hot and "cold": in the engine
 each call follows a forward or a draft that evicts the host code's caches, and then every distinct small op
 costs several times what it does in a tight loop (a 2048 x 2048 matmul before each call stands in for it).
 Prints the median per step over repeated steps; run it on an otherwise idle machine.
-Usage: python benchmarks/policy_step_cost.py [--steps 300]
+Usage: python benchmarks/policy_step_cost.py [--steps 300] [--method draft|ngram]
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import torch
 
 from workers.adaptive import AdaptiveVerifier
 from workers.cost_table import CostTable
-from workers.estimators import LogisticEstimator
+from workers.estimators import LogisticEstimator, NgramEstimator
 from workers.scheduler import ScheduledStep
 
 K = 7
@@ -40,8 +40,10 @@ def _tables() -> tuple[CostTable, CostTable]:
     return CostTable(target, ragged=ragged), CostTable(draft)
 
 
-def _verifier() -> AdaptiveVerifier:
+def _verifier(method: str) -> AdaptiveVerifier:
     target, draft = _tables()
+    if method == "ngram":  # no drafter cost: no depth plan, the trim and the n-gram table only
+        return AdaptiveVerifier(target, NgramEstimator(K), None)
     est = LogisticEstimator(K, 3)
     est.refits = est.warmup_refits  # past its warm-up: the plan and the trim are in force
     est.weights[:, 0] = 4.0  # p = sigmoid(4 * top-1 probability - 2): drafts of 0.5 break even
@@ -64,7 +66,10 @@ def _step(av: AdaptiveVerifier, reqs: list[SimpleNamespace], gen: torch.Generato
     spent: dict[str, float] = {}
     _timed(spent, "plan", evict, lambda: av.plan_depths(plan))
     depth = torch.tensor([d for _, d in plan.decodes])
-    features = torch.rand(B, K, 3, generator=gen)
+    if av.draft_cost is None:  # n-gram: each draft's match length (2-4) at every position
+        features = torch.randint(2, 5, (B, 1, 1), generator=gen).float().expand(B, K, 1).contiguous()
+    else:
+        features = torch.rand(B, K, 3, generator=gen)
     proposal = SimpleNamespace(features=features, num_drafts=depth.clone())
     _timed(spent, "trim", evict, lambda: av.trim(proposal, plan))
     verified = proposal.num_drafts.tolist()
@@ -79,7 +84,7 @@ def _step(av: AdaptiveVerifier, reqs: list[SimpleNamespace], gen: torch.Generato
             r.req_id, r.tokens, r.num_output = r.req_id + "'", [1] * PROMPT, 0
     tokens = B + sum(verified)
     fwd = av.cost.lookup(B, tokens)
-    draft_s = int(depth.max()) * av.draft_cost.lookup(B, B) if int(depth.max()) else 0.0
+    draft_s = int(depth.max()) * av.draft_cost.lookup(B, B) if int(depth.max()) and av.draft_cost else 0.0
     _timed(spent, "observe", evict,
            lambda: av.observe_step(fwd + draft_s + 0.001, fwd, draft_s, B, tokens, True, B, int(depth.max())))
     return spent
@@ -88,13 +93,14 @@ def _step(av: AdaptiveVerifier, reqs: list[SimpleNamespace], gen: torch.Generato
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--method", choices=("draft", "ngram"), default="draft")
     args = ap.parse_args()
     big = torch.randn(2048, 2048)
     modes = {"hot": lambda: None, "cold": lambda: big @ big}
     for B in (1, 16):
         for mode, evict in modes.items():
             gen = torch.Generator().manual_seed(0)
-            av = _verifier()
+            av = _verifier(args.method)
             reqs = [_req(f"r{i}") for i in range(B)]
             times = [_step(av, reqs, gen, evict) for _ in range(args.steps)]
             tail = times[args.steps // 5:]  # past the calibration's first steps

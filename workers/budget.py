@@ -32,6 +32,11 @@ def _ranked(flat: np.ndarray, K: int) -> np.ndarray:
     return np.argsort(-key, kind="stable")[: int((flat > 0).sum())]
 
 
+# The verify choice (nothing prices drafting) runs `_verify_choice`, not the search's general form; False: the
+# search (tests/workers/test_budget.py checks that both plan alike)
+VERIFY_CHOICE_APART = True
+
+
 @dataclass(slots=True)
 class VerifyPlan:
     lengths: torch.Tensor  # [B] verify (or draft) length per request
@@ -107,6 +112,9 @@ def plan_verify_lengths(
     order = _ranked(flat, K)  # [n] every candidate position, best first
     n = len(order)
     step_s = step_seconds(cost, num_requests, base_tokens, B, n, fixed_s, prefill_tokens, decode_rows_floor)
+    if draft_step_s == 0 and request_s is None and VERIFY_CHOICE_APART:  # the trim's call: `_verify_choice`
+        return _verify_choice(flat, order, K, B, step_s, cost, num_requests, prefill_tokens, mixed_ragged,
+                              base_emitted, plain_scale, spec_scale)
     least_own = max(float(request_s.min()), 0.0) if request_s is not None else 0.0
     if n == 0 or (draft_step_s > 0 and drafting_cannot_pay(flat[order], step_s, base_emitted, plain_scale,
                                                            spec_scale, draft_step_s + draft_host_s, least_own)):
@@ -143,6 +151,32 @@ def plan_verify_lengths(
     taken = order[: last + 1][take.reshape(-1, n)[row, : last + 1]]
     return VerifyPlan(torch.from_numpy(np.bincount(taken // K, minlength=B)).long(),
                       float(np.broadcast_to(seconds, take.shape).reshape(-1, n)[row, last]))
+
+
+def _verify_choice(flat: np.ndarray, order: np.ndarray, K: int, B: int, step_s: np.ndarray, cost: CostTable,
+                   num_requests: int, prefill_tokens: int, mixed_ragged: bool, base_emitted: float,
+                   plain_scale: float, spec_scale: float) -> VerifyPlan:
+    """The search below when nothing prices drafting (no depth caps, no catch-ups): every ranked position may
+    be taken, so the candidates are the prefixes of the ranking and the search's [L, C, n] masks are all true.
+    The same arithmetic in the same order (the same plans, to the bit: tested) without them: ~12 of its ~45
+    array ops, each ~5-10 us after a forward (the trim runs this every drafting step)."""
+    n = len(order)
+    if n == 0:
+        return VerifyPlan(torch.zeros(B, dtype=torch.long), float(step_s[0]))
+    depth = order % K + 1
+    count = np.arange(1, n + 1)  # positions taken up to and including each one
+    deepest = np.maximum.accumulate(depth)
+    seconds = step_s[count]
+    if cost.ragged and (mixed_ragged or not prefill_tokens) and B > 1:
+        ragged = count < B * deepest
+        seconds = seconds + ragged * cost.ragged_array(B if prefill_tokens else num_requests, np.arange(K + 1))[deepest]
+        if cost.group_s > 0 and B > 2:
+            seconds = seconds + cost.group_s * np.maximum(_query_lengths(depth, np.ones(n, dtype=bool), B) - 2, 0)
+    rate = (base_emitted + flat[order].cumsum()) / np.maximum(seconds * spec_scale, 1e-12)
+    last = int(rate.argmax())
+    if rate[last] <= base_emitted / (step_s[0] * plain_scale):
+        return VerifyPlan(torch.zeros(B, dtype=torch.long), float(step_s[0]))
+    return VerifyPlan(torch.from_numpy(np.bincount(order[: last + 1] // K, minlength=B)).long(), float(seconds[last]))
 
 
 def _one_request(scores: list[float], cost: CostTable, num_requests: int, base_tokens: int, base_emitted: float,

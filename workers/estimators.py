@@ -141,30 +141,43 @@ class NgramEstimator:
         # cProfile with torch; hot, predict + observe 102 us with torch, 67 with numpy)
         self.acc = np.zeros((max_match + 1, HISTORY_BUCKETS, k))
         self.tot = np.zeros((max_match + 1, HISTORY_BUCKETS, k))
-        self._table: np.ndarray | None = None  # predictions per cell (float32), until new outcomes
+        self._table: np.ndarray | None = None  # predictions per cell (float32, flat), until new outcomes
+        self._memo: tuple[torch.Tensor, np.ndarray] | None = None  # the last features seen and their cells
 
-    def _keys(self, features: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # [B, K] each
+    def _cells(self, features: torch.Tensor) -> np.ndarray:  # [B, K] flat indices into the table
+        """Each position's cell (match length, history bucket, position) as one flat index. The trim predicts
+        from a proposal's features and learning observes the same tensor after verification, so the cells of
+        the last tensor seen are kept for it (features are never changed in place once proposed)."""
+        if self._memo is not None and self._memo[0] is features:
+            return self._memo[1]
         f = features.detach().cpu().numpy()
-        n = np.clip(f[..., 0].astype(np.int64), 0, self.max_match)
-        h = np.clip(f[..., 1].astype(np.int64), 0, HISTORY_BUCKETS - 1) if f.shape[-1] > 1 else np.zeros_like(n)
-        pos = np.broadcast_to(np.minimum(np.arange(f.shape[1]), self.k - 1), n.shape)
-        return n, h, pos
+        H, k = HISTORY_BUCKETS, self.k
+        cells = np.clip(f[..., 0], 0, self.max_match).astype(np.int64) * (H * k)
+        if f.shape[-1] > 1:
+            cells += np.clip(f[..., 1], 0, H - 1).astype(np.int64) * k
+        cells += np.minimum(np.arange(f.shape[1]), k - 1)
+        self._memo = (features, cells)
+        return cells
 
     def predict(self, features: torch.Tensor) -> torch.Tensor:  # [B, K, F] -> [B, K]
         if self._table is None:
             s = self.strength
             pos_rate = (self.acc.sum((0, 1)) + 1) / (self.tot.sum((0, 1)) + 2)  # [k], Beta(1, 1) per position
             hist_rate = (self.acc.sum(0) + s * pos_rate) / (self.tot.sum(0) + s)  # [H, k]
-            self._table = ((self.acc + s * hist_rate) / (self.tot + s)).astype(np.float32)
-        return torch.from_numpy(self._table[self._keys(features)])
+            self._table = ((self.acc + s * hist_rate) / (self.tot + s)).astype(np.float32).reshape(-1)
+        return torch.from_numpy(self._table[self._cells(features)])
 
     def observe(self, features: torch.Tensor, verified: torch.Tensor, accepted: torch.Tensor) -> None:
-        seen, label = (x.numpy() for x in verification_labels(features.shape[1], verified, accepted))
-        label = label[seen]
-        cell = np.ravel_multi_index(tuple(x[seen] for x in self._keys(features)), self.tot.shape)
-        self.tot += np.bincount(cell, minlength=self.tot.size).reshape(self.tot.shape)
-        self.acc += np.bincount(cell, weights=label, minlength=self.tot.size).reshape(self.tot.shape)
-        total = float(self.tot.sum())
+        """As `verification_labels`, in numpy: a position is labelled if verified and all before it accepted."""
+        cells = self._cells(features)
+        accepted = accepted.numpy()
+        pos = np.arange(cells.shape[1])
+        seen = pos < np.minimum(verified.numpy(), accepted + 1)[:, None]  # [B, K]
+        cell, label = cells[seen], (pos < accepted[:, None])[seen]
+        tot, acc = self.tot.reshape(-1), self.acc.reshape(-1)  # views
+        tot += np.bincount(cell, minlength=tot.size)
+        acc += np.bincount(cell, weights=label, minlength=acc.size)
+        total = float(tot.sum())
         if total > self.memory:
             self.acc *= self.memory / total
             self.tot *= self.memory / total

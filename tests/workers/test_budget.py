@@ -331,6 +331,33 @@ def test_the_one_request_verify_choice_is_the_search_s():
     assert 30 < sum(int(f.lengths[0]) > 0 for f in fast) < 270
 
 
+def test_the_verify_choice_apart_plans_to_the_bit_as_the_search(monkeypatch):
+    """The trim's verify choice (no drafting prices) runs budget._verify_choice, the search without its masks:
+    random batches, tables with ragged cells and a group cost, steps that prefill, time scales all plan the
+    same lengths and seconds as the search itself."""
+    import workers.budget as budget
+    gen = torch.Generator().manual_seed(2)
+    cases = []
+    for _ in range(300):
+        B = int(torch.randint(1, 9, (1,), generator=gen))
+        scores = survival(torch.rand(B, 7, generator=gen) ** 0.5, torch.randint(0, 8, (B,), generator=gen))
+        fixed = float(torch.rand(1, generator=gen)) * 0.05
+        rand = lambda: float(torch.rand(1, generator=gen))  # noqa: E731
+        table = CostTable({(r, t): fixed + 0.04 * rand() * t for r in (1, 4, 8) for t in (r, 2 * r, 4 * r, 8 * r)},
+                          ragged={(r, e): 0.003 * rand() * e for r in (4, 8) for e in (1, 7)},
+                          group_s=0.002 * rand() * (rand() < 0.5))
+        prefill = int(torch.randint(0, 2, (1,), generator=gen)) * 64
+        kw = dict(fixed_s=0.002 * rand(), prefill_tokens=prefill, mixed_ragged=rand() < 0.5,
+                  plain_scale=0.9 + 0.2 * rand(), spec_scale=0.9 + 0.2 * rand())
+        cases.append((scores, table, B + bool(prefill), B + prefill, float(B), kw))
+    apart = [plan_verify_lengths(*c[:5], **c[5]) for c in cases]
+    monkeypatch.setattr(budget, "VERIFY_CHOICE_APART", False)
+    searched = [plan_verify_lengths(*c[:5], **c[5]) for c in cases]
+    assert all(torch.equal(a.lengths, s.lengths) and a.seconds == s.seconds for a, s in zip(apart, searched))
+    assert 30 < sum(bool(p.lengths.any()) for p in searched) < 270  # both outcomes are exercised
+    assert sum(bool(p.lengths.any()) and len(set(p.lengths.tolist())) > 1 for p in searched) > 10  # ragged plans
+
+
 def _bound_inputs(case) -> tuple:
     """The bound's arguments for one case of the test above, as plan_verify_lengths builds them."""
     import workers.budget as budget
