@@ -41,6 +41,11 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   (row blocks and the ragged cost are not priced).
 - `stale8` (any `staleN`): the depth plan's plain-step time ratio goes stale after N drafting steps without a
   plain step (workers/plan_calibration.py, PLAIN_STALE_STEPS, 32) and then borrows the drafting steps' ratio.
+- `verifylevel0` (any `verifylevelF`): the target's cost table refreshed from a step that verified drafts moves
+  the row's level by F of the EMA step instead of LEVEL_SHARE (0.9; workers/cost_table.py); plain steps' refreshes
+  as they are. A verify step's error is the level's and the row's shape's together: at 0.9 a shape the warm-up
+  priced low (verified rows dearer in serving than at its uniform context) raises the plain cell with it while
+  adaptive drafts, and not drafting then looks dearer than it is.
 - `uniformcap`: verifies what adaptive's trim chose, but at most the depth that every request verifying the same
   count (at most its drafts) would pick for this step's tokens per second (at least 1): the depth a fixed-k
   schedule would choose for this batch, as a cap on the trim's deeper choices.
@@ -75,6 +80,7 @@ import numpy as np
 import torch
 
 from point_variance import run_point  # benchmarks/, this script's folder
+import workers.cost_table as cost_table
 import workers.warmup_tables as warmup_tables
 from workers import budget, bench
 from workers.bench import _spec, _warmed
@@ -188,6 +194,23 @@ def _rows_priced(engine: LLMEngine, factor: float) -> None:
     engine.adaptive.trim = trim_with_dearer_rows
 
 
+def _verify_level(engine: LLMEngine, share: float) -> None:
+    """`verifylevelF`: refreshes of the target's table from steps that verified drafts move the level by `share`."""
+    cost = engine.adaptive.cost
+    observe = cost.observe
+
+    def observe_with_share(requests: int, tokens: int, seconds: float, count: int = 1) -> None:
+        if tokens <= requests:  # a plain step: as it is
+            return observe(requests, tokens, seconds, count)
+        saved, cost_table.LEVEL_SHARE = cost_table.LEVEL_SHARE, share  # read inside observe (one thread)
+        try:
+            return observe(requests, tokens, seconds, count)
+        finally:
+            cost_table.LEVEL_SHARE = saved
+
+    cost.observe = observe_with_share
+
+
 def _after_trim(engine: LLMEngine, part: str) -> None:
     """`capD`, `perrequest` and `uniformcap` (see the module's docstring): the trim runs as is, then its lengths
     are replaced."""
@@ -222,7 +245,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", required=True, type=_variants,
                     help="one or more of (comma-separated): " + ", ".join(PARTS)
-                    + ", capD (D drafts; capDmixed, capDpure), perrequest, uniformcap, rowsxF (F x row price), staleN")
+                    + ", capD (D drafts; capDmixed, capDpure), perrequest, uniformcap, rowsxF (F x row price), staleN"
+                    + ", verifylevelF")
     ap.add_argument("--fixed", default="2,4,7", help="the fixed k run beside them")
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
@@ -248,6 +272,8 @@ def main() -> None:
             _rows_priced(engine, float(part[5:]))
         elif re.fullmatch(r"stale\d+", part):
             engine.adaptive.calibration.plain_stale_steps = int(part[5:])
+        elif part.startswith("verifylevel"):
+            _verify_level(engine, float(part[11:]))
         else:
             _without(engine, part)
         bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, args.seed)  # run_bench takes it for the variant
@@ -269,7 +295,8 @@ def _variants(text: str) -> list[str]:
     for p in parts:
         if p not in PARTS and p not in ("perrequest", "uniformcap") and not re.fullmatch(r"cap\d+(mixed|pure)?", p) \
                 and not (p.startswith("rowsx") and p[5:].replace(".", "", 1).isdigit()) \
-                and not re.fullmatch(r"stale\d+", p):
+                and not re.fullmatch(r"stale\d+", p) \
+                and not (p.startswith("verifylevel") and p[11:].replace(".", "", 1).isdigit()):
             raise argparse.ArgumentTypeError(f"unknown variant {p!r}")
     return parts
 
