@@ -62,6 +62,22 @@ def test_ngram_table_tells_requests_apart_by_their_last_verification():
     assert [history_bucket(x) for x in (None, (3, 0), (3, 2), (7, 5), (2, 2), (1, 1))] == [0, 1, 2, 3, 3, 2]
 
 
+def test_ngram_table_learns_the_same_from_the_features_it_predicted_from():
+    """The trim predicts from a proposal's features and learning observes that very tensor (the cells are kept
+    for it): the table learns what it learns from a copy, rows that verified nothing are labelled nowhere."""
+    g = torch.Generator().manual_seed(3)
+    feats = torch.cat([torch.randint(0, 20, (6, 1, 1), generator=g).float().expand(6, 4, 1),
+                       torch.randint(0, 4, (6, 1, 1), generator=g).float().expand(6, 4, 1)], -1).contiguous()
+    verified, accepted = torch.tensor([4, 0, 2, 3, 0, 1]), torch.tensor([1, 0, 2, 0, 0, 1])
+    kept, fresh = NgramEstimator(k=4, max_match=16), NgramEstimator(k=4, max_match=16)
+    kept.predict(feats)
+    kept.observe(feats, verified, accepted)
+    fresh.observe(feats.clone(), verified, accepted)
+    assert (kept.tot == fresh.tot).all() and (kept.acc == fresh.acc).all()
+    assert kept.tot.sum() == 2 + 2 + 1 + 1  # positions labelled: min(verified, accepted + 1) per row
+    assert torch.equal(kept.predict(feats), fresh.predict(feats.clone()))
+
+
 def test_ngram_table_forgets_old_outcomes_so_a_new_workload_is_followed():
     est = NgramEstimator(k=1, max_match=4, memory=200.0)
     feats = torch.tensor([[[3.0]]] * 100)
