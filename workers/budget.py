@@ -32,11 +32,6 @@ def _ranked(flat: np.ndarray, K: int) -> np.ndarray:
     return np.argsort(-key, kind="stable")[: int((flat > 0).sum())]
 
 
-# The verify choice (nothing prices drafting) runs `_verify_choice`, not the search's general form; False: the
-# search (tests/workers/test_budget.py checks that both plan alike)
-VERIFY_CHOICE_APART = True
-
-
 @dataclass(slots=True)
 class VerifyPlan:
     lengths: torch.Tensor  # [B] verify (or draft) length per request
@@ -112,7 +107,7 @@ def plan_verify_lengths(
     order = _ranked(flat, K)  # [n] every candidate position, best first
     n = len(order)
     step_s = step_seconds(cost, num_requests, base_tokens, B, n, fixed_s, prefill_tokens, decode_rows_floor)
-    if draft_step_s == 0 and request_s is None and VERIFY_CHOICE_APART:  # the trim's call: `_verify_choice`
+    if draft_step_s == 0 and request_s is None:  # the trim's call: `_verify_choice`
         return _verify_choice(flat, order, K, B, step_s, cost, num_requests, prefill_tokens, mixed_ragged,
                               base_emitted, plain_scale, spec_scale)
     least_own = max(float(request_s.min()), 0.0) if request_s is not None else 0.0
@@ -137,7 +132,7 @@ def plan_verify_lengths(
         ragged = (count > 0) & (count < B * deepest)
         seconds = seconds + ragged * cost.ragged_array(B if prefill_tokens else num_requests, np.arange(K + 1))[deepest]
         # the verify choice only (see the docstring); two requests make at most the two groups the cells time
-        if cost.group_s > 0 and draft_step_s == 0 and request_s is None and B > 2:
+        if cost.group_s > 0 and draft_step_s == 0 and own is None and B > 2:
             seconds = seconds + cost.group_s * np.maximum(_query_lengths(depth, take, B) - 2, 0)
     if draft_step_s > 0:  # every candidate here takes >= 1 position, so it pays the drafting host time
         seconds = seconds + draft_step_s * deepest + draft_host_s

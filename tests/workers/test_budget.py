@@ -331,11 +331,10 @@ def test_the_one_request_verify_choice_is_the_search_s():
     assert 30 < sum(int(f.lengths[0]) > 0 for f in fast) < 270
 
 
-def test_the_verify_choice_apart_plans_to_the_bit_as_the_search(monkeypatch):
+def test_the_verify_choice_apart_plans_to_the_bit_as_the_search():
     """The trim's verify choice (no drafting prices) runs budget._verify_choice, the search without its masks:
     random batches, tables with ragged cells and a group cost, steps that prefill, time scales all plan the
-    same lengths and seconds as the search itself."""
-    import workers.budget as budget
+    same lengths and seconds as the search itself (run with catch-ups of 0, which take no position's price)."""
     gen = torch.Generator().manual_seed(2)
     cases = []
     for _ in range(300):
@@ -351,8 +350,7 @@ def test_the_verify_choice_apart_plans_to_the_bit_as_the_search(monkeypatch):
                   plain_scale=0.9 + 0.2 * rand(), spec_scale=0.9 + 0.2 * rand())
         cases.append((scores, table, B + bool(prefill), B + prefill, float(B), kw))
     apart = [plan_verify_lengths(*c[:5], **c[5]) for c in cases]
-    monkeypatch.setattr(budget, "VERIFY_CHOICE_APART", False)
-    searched = [plan_verify_lengths(*c[:5], **c[5]) for c in cases]
+    searched = [plan_verify_lengths(*c[:5], request_s=torch.zeros(c[0].shape[0]), **c[5]) for c in cases]
     assert all(torch.equal(a.lengths, s.lengths) and a.seconds == s.seconds for a, s in zip(apart, searched))
     assert 30 < sum(bool(p.lengths.any()) for p in searched) < 270  # both outcomes are exercised
     assert sum(bool(p.lengths.any()) and len(set(p.lengths.tolist())) > 1 for p in searched) > 10  # ragged plans
