@@ -1,7 +1,7 @@
 """Host time of the adaptive verifier's calls in one engine step (depth plan, trim, learning from the outcome,
-cost refresh) for a draft model or n-gram drafts, on synthetic tables shaped like this CPU's, hot and "cold": in the engine
-each call follows a forward or a draft that evicts the host code's caches, and then every distinct small op
-costs several times what it does in a tight loop (a 2048 x 2048 matmul before each call stands in for it).
+cost refresh) for a draft model or n-gram drafts, on synthetic tables shaped like this CPU's, hot and "cold": in
+the engine each call follows a forward or a draft that evicts the host code's caches, and then every distinct
+small op costs several times what it does in a tight loop (a 2048 x 2048 matmul before each call stands in for it).
 Prints the median per step over repeated steps; run it on an otherwise idle machine.
 Usage: python benchmarks/policy_step_cost.py [--steps 300] [--method draft|ngram]
 """

@@ -126,14 +126,9 @@ def plan_verify_lengths(
     count = take.cumsum(-1)  # positions taken up to and including each one
     tokens = base_emitted + (flat[order] * take).cumsum(-1)
     deepest = np.maximum.accumulate(depth * take, axis=-1)  # the longest verify among the positions taken
-    seconds = step_s[count]
-    # unless every request verifies the same count, the step is ragged (see cost_table.py); never with one request
-    if cost.ragged and (mixed_ragged or not prefill_tokens) and B > 1:
-        ragged = (count > 0) & (count < B * deepest)
-        seconds = seconds + ragged * cost.ragged_array(B if prefill_tokens else num_requests, np.arange(K + 1))[deepest]
-        # the verify choice only (see the docstring); two requests make at most the two groups the cells time
-        if cost.group_s > 0 and draft_step_s == 0 and own is None and B > 2:
-            seconds = seconds + cost.group_s * np.maximum(_query_lengths(depth, take, B) - 2, 0)
+    # the verify choice only prices the groups (see the docstring)
+    seconds = _step_with_drafts_s(step_s, count, deepest, depth, take, cost, K, B, num_requests, prefill_tokens,
+                                  mixed_ragged, groups=draft_step_s == 0 and own is None)
     if draft_step_s > 0:  # every candidate here takes >= 1 position, so it pays the drafting host time
         seconds = seconds + draft_step_s * deepest + draft_host_s
     if own is not None:  # a request's first position (ranked before its others) pays its catch-up
@@ -153,25 +148,37 @@ def _verify_choice(flat: np.ndarray, order: np.ndarray, K: int, B: int, step_s: 
                    plain_scale: float, spec_scale: float) -> VerifyPlan:
     """The search below when nothing prices drafting (no depth caps, no catch-ups): every ranked position may
     be taken, so the candidates are the prefixes of the ranking and the search's [L, C, n] masks are all true.
-    The same arithmetic in the same order (the same plans, to the bit: tested) without them: ~12 of its ~45
-    array ops, each ~5-10 us after a forward (the trim runs this every drafting step)."""
+    The same arithmetic (`_step_with_drafts_s`, the same plans to the bit: tested) without them: ~12 of its ~45
+    array ops fewer, each ~5-10 us after a forward (the trim runs this every drafting step)."""
     n = len(order)
     if n == 0:
         return VerifyPlan(torch.zeros(B, dtype=torch.long), float(step_s[0]))
     depth = order % K + 1
     count = np.arange(1, n + 1)  # positions taken up to and including each one
     deepest = np.maximum.accumulate(depth)
-    seconds = step_s[count]
-    if cost.ragged and (mixed_ragged or not prefill_tokens) and B > 1:
-        ragged = count < B * deepest
-        seconds = seconds + ragged * cost.ragged_array(B if prefill_tokens else num_requests, np.arange(K + 1))[deepest]
-        if cost.group_s > 0 and B > 2:
-            seconds = seconds + cost.group_s * np.maximum(_query_lengths(depth, np.ones(n, dtype=bool), B) - 2, 0)
+    seconds = _step_with_drafts_s(step_s, count, deepest, depth, np.ones(n, dtype=bool), cost, K, B, num_requests,
+                                  prefill_tokens, mixed_ragged, groups=True)
     rate = (base_emitted + flat[order].cumsum()) / np.maximum(seconds * spec_scale, 1e-12)
     last = int(rate.argmax())
     if rate[last] <= base_emitted / (step_s[0] * plain_scale):
         return VerifyPlan(torch.zeros(B, dtype=torch.long), float(step_s[0]))
     return VerifyPlan(torch.from_numpy(np.bincount(order[: last + 1] // K, minlength=B)).long(), float(seconds[last]))
+
+
+def _step_with_drafts_s(step_s: np.ndarray, count: np.ndarray, deepest: np.ndarray, depth: np.ndarray,
+                        take: np.ndarray, cost: CostTable, K: int, B: int, num_requests: int, prefill_tokens: int,
+                        mixed_ragged: bool, groups: bool) -> np.ndarray:  # shaped as `count`
+    """The step's seconds once the ranked positions of `take` up to each one are taken (`count` of them, the
+    longest verify `deepest`; `depth` [n] each position's): its lookup, plus the ragged cost unless every request
+    verifies the same count (see cost_table.py; never with one request), plus with `groups` each query-length
+    group beyond the two the ragged cells time (two requests make at most those two)."""
+    seconds = step_s[count]
+    if cost.ragged and (mixed_ragged or not prefill_tokens) and B > 1:
+        ragged = (count > 0) & (count < B * deepest)
+        seconds = seconds + ragged * cost.ragged_array(B if prefill_tokens else num_requests, np.arange(K + 1))[deepest]
+        if groups and cost.group_s > 0 and B > 2:
+            seconds = seconds + cost.group_s * np.maximum(_query_lengths(depth, take, B) - 2, 0)
+    return seconds
 
 
 def _one_request(scores: list[float], cost: CostTable, num_requests: int, base_tokens: int, base_emitted: float,

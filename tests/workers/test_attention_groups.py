@@ -81,6 +81,7 @@ def test_a_group_is_split_by_context_where_the_padding_saved_pays_for_a_group():
     groups = attention_groups.split_by_context(_ctx_spans(contexts), attention_groups.GROUP_COST_SLOTS)
     assert sorted(len(g) for g in groups) == [1, 31]
     assert len(attention_groups.split_by_context(_ctx_spans(contexts), None)) == 1
-    assert len(attention_groups.split_by_context(_ctx_spans([100, 200, 250] * 4), attention_groups.GROUP_COST_SLOTS)) == 1
+    near = _ctx_spans([100, 200, 250] * 4)
+    assert len(attention_groups.split_by_context(near, attention_groups.GROUP_COST_SLOTS)) == 1
     assert attention_groups.context_cost_slots(torch.device("cuda")) is None
     assert attention_groups.context_cost_slots(torch.device("cpu")) == attention_groups.GROUP_COST_SLOTS
