@@ -46,6 +46,10 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   as they are. A verify step's error is the level's and the row's shape's together: at 0.9 a shape the warm-up
   priced low (verified rows dearer in serving than at its uniform context) raises the plain cell with it while
   adaptive drafts, and not drafting then looks dearer than it is.
+- `plainprobe16` (any `plainprobeN`): while the depth plan drafts, one pure decode step in N at a request count
+  drafts nothing, and its time refreshes the plain-step ratio with weight PLAIN_PROBE_RATE
+  (workers/plan_calibration.py, PLAIN_PROBE_EVERY): the plain price measured beside the drafting steps rather than
+  carried from before they began.
 - `uniformcap`: verifies what adaptive's trim chose, but at most the depth that every request verifying the same
   count (at most its drafts) would pick for this step's tokens per second (at least 1): the depth a fixed-k
   schedule would choose for this batch, as a cap on the trim's deeper choices.
@@ -246,7 +250,7 @@ def main() -> None:
     ap.add_argument("--variant", required=True, type=_variants,
                     help="one or more of (comma-separated): " + ", ".join(PARTS)
                     + ", capD (D drafts; capDmixed, capDpure), perrequest, uniformcap, rowsxF (F x row price), staleN"
-                    + ", verifylevelF")
+                    + ", verifylevelF, plainprobeN")
     ap.add_argument("--fixed", default="2,4,7", help="the fixed k run beside them")
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
@@ -272,6 +276,8 @@ def main() -> None:
             _rows_priced(engine, float(part[5:]))
         elif re.fullmatch(r"stale\d+", part):
             engine.adaptive.calibration.plain_stale_steps = int(part[5:])
+        elif re.fullmatch(r"plainprobe\d+", part):
+            engine.adaptive.calibration.plain_probe_every = int(part[10:])
         elif part.startswith("verifylevel"):
             _verify_level(engine, float(part[11:]))
         else:
@@ -295,7 +301,7 @@ def _variants(text: str) -> list[str]:
     for p in parts:
         if p not in PARTS and p not in ("perrequest", "uniformcap") and not re.fullmatch(r"cap\d+(mixed|pure)?", p) \
                 and not (p.startswith("rowsx") and p[5:].replace(".", "", 1).isdigit()) \
-                and not re.fullmatch(r"stale\d+", p) \
+                and not re.fullmatch(r"(stale|plainprobe)\d+", p) \
                 and not (p.startswith("verifylevel") and p[11:].replace(".", "", 1).isdigit()):
             raise argparse.ArgumentTypeError(f"unknown variant {p!r}")
     return parts

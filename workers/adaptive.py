@@ -76,6 +76,7 @@ class AdaptiveVerifier(DepthPlan):
         self.observed_s = 0.0  # every observed step's wall seconds (for `stats`)
         self.idle_plans_held = 0  # plans `_idle_plan_holds` decided without computing
         self.idle_plans_bounded = 0  # plans `_cannot_pay` decided without the search
+        self.plain_probes = 0  # pure decode steps the plan kept plain to measure them (PLAIN_PROBE_EVERY)
         self._prior = torch.ones(estimator.k)  # the running mean of the estimates: what the depth plan reads
         self.probe = ProbeSchedule()  # one request drafts now and then when none would (workers/probes.py)
         self.catch_ups = CatchUpLedger()  # what each request's draft first feeds, and its price
@@ -244,6 +245,7 @@ class AdaptiveVerifier(DepthPlan):
                 "probe_draft_s": round(probe.draft_s, 4), "probe_forward_over_s": round(probe.forward_over_s, 4),
                 "probe_share": round(probe_s / self.observed_s, 5) if self.observed_s else 0.0,
                 "idle_plans_held": self.idle_plans_held, "idle_plans_bounded": self.idle_plans_bounded,
+                "plain_probes": self.plain_probes,
                 "outlier_steps": self.costs.outliers.rejected}
 
     @property

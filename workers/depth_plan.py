@@ -76,6 +76,8 @@ class DepthPlan:
         if self._idle_plan_holds(reqs, plan):  # before any tensor is built: ~0.4 ms of a 41 ms step at c=1
             plan.decodes = [(r, 0) for r in reqs]
             return
+        if self._plain_probe(reqs, plan):
+            return
         if self._drafting_plan_holds(reqs, plan):
             return
         depths = [d for _, d in plan.decodes]
@@ -219,6 +221,17 @@ class DepthPlan:
         self.probe.since += 1
         self.catch_ups.clear()
         self.idle_plans_held += 1
+        return True
+
+    def _plain_probe(self, reqs: list, plan: "ScheduledStep") -> bool:
+        """A pure decode step while the plan drafts, due for a plain probe (plan_calibration.PLAIN_PROBE_EVERY):
+        no request drafts, so the step measures the plain-step ratio at the machine's speed of the moment."""
+        if (not self.calibrate or plan.prefills or self.capacity_planner is not None or self.draft_cost is None
+                or not self.calibration.plain_probe_due(self.cost.nearest_requests(len(reqs)))):
+            return False
+        plan.decodes = [(r, 0) for r in reqs]
+        self.catch_ups.clear()
+        self.plain_probes += 1
         return True
 
     def _drafting_plan_holds(self, reqs: list, plan: "ScheduledStep") -> bool:

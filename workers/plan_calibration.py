@@ -51,6 +51,17 @@ GAIN_BOUNDS = (0.2, 1.5)  # per position
 # cycles), and 0.997 at ShareGPT c=2 where drafting pays (6 cycles; docs/architecture.md). 32 steps: ~1.6x
 # the running means' memory.
 PLAIN_STALE_STEPS = 32
+# A plain probe: while the plan drafts, one pure decode step in this many at a request count drafts nothing, so
+# the plain-step ratio is measured beside the drafting steps, at the machine's speed of the moment, rather than
+# carried from before the drafting began (0: none, the default; an experiment: `--variant plainprobeN` of
+# benchmarks/adaptive_variant_ab.py). In a logged losing state (trained draft, repetitive c=8, the grid's nine
+# engines; docs/performance.md, "twelfth session") the plain ratio carried 1.06 from before while the drafting
+# steps' fell from 0.99 to 0.86 as the machine sped up: the plan priced a plain step at ~77 ms while no
+# speculation's steps of the same rounds took 52-60 ms, and drafted in 43 of 62 pure decode steps that ran at
+# 0.92-0.98 of no speculation's rate. A probe's step weighs PLAIN_PROBE_RATE in the running means (a plain step
+# 0.05), as it is one in many.
+PLAIN_PROBE_EVERY = 0
+PLAIN_PROBE_RATE = 0.25
 
 
 @dataclass(slots=True)
@@ -61,12 +72,12 @@ class _Ratio:
     predicted: float = 0.0
     steps: int = 0
 
-    def add(self, observed: float, predicted: float) -> None:
+    def add(self, observed: float, predicted: float, rate: float = CALIBRATION_RATE) -> None:
         if self.steps == 0:
             self.observed, self.predicted = observed, predicted
         else:
-            self.observed += CALIBRATION_RATE * (observed - self.observed)
-            self.predicted += CALIBRATION_RATE * (predicted - self.predicted)
+            self.observed += rate * (observed - self.observed)
+            self.predicted += rate * (predicted - self.predicted)
         self.steps += 1
 
     @property
@@ -94,9 +105,10 @@ class PlanCalibration:
     step's time there is mostly the chunk's, which the table extrapolates, ~1.5x too high at c=32 for steps
     that drafted and steps that did not alike; workers/depth_plan.py, "Mixed steps")."""
 
-    def __init__(self, plain_stale_steps: int = PLAIN_STALE_STEPS) -> None:
+    def __init__(self, plain_stale_steps: int = PLAIN_STALE_STEPS, plain_probe_every: int = PLAIN_PROBE_EVERY) -> None:
         self._rows: dict[int, _Kinds] = {}
         self.plain_stale_steps = plain_stale_steps
+        self.plain_probe_every = plain_probe_every
 
     def scales(self, row: int) -> dict[str, float]:
         """Keyword arguments for `plan_verify_lengths`."""
@@ -127,12 +139,18 @@ class PlanCalibration:
     def _plain_stale(self, k: _Kinds) -> bool:
         return k.spec_since_plain > self.plain_stale_steps
 
+    def plain_probe_due(self, row: int) -> bool:
+        """The next pure decode step at `row` should draft nothing (PLAIN_PROBE_EVERY)."""
+        k = self._rows.get(row)
+        return bool(self.plain_probe_every) and k is not None and k.spec_since_plain >= self.plain_probe_every
+
     def observe_plain(self, row: int, seconds: float, predicted_s: float) -> None:
         k = self._rows.setdefault(row, _Kinds())
+        probe = self.plain_probe_due(row)
         if self._plain_stale(k):  # measured afresh, borrowing the drafting steps' ratio until it is ready
             k.plain = _Ratio()
         k.spec_since_plain = 0
-        k.plain.add(seconds, predicted_s)
+        k.plain.add(seconds, predicted_s, PLAIN_PROBE_RATE if probe else CALIBRATION_RATE)
 
     def observe_spec(self, row: int, seconds: float, predicted_s: float) -> None:
         k = self._rows.setdefault(row, _Kinds())
