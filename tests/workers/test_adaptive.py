@@ -497,6 +497,33 @@ def test_slow_steps_are_learned_once_they_are_most_of_the_recent_ones():
     assert guard.admits(5.0, 0.0)  # nothing predicted: nothing to compare with
 
 
+def test_a_drafting_plan_keeps_one_step_in_n_plain_when_plain_probes_are_on():
+    """calibration.plain_probe_every=N: after N calibrated drafting steps at a request count, the next pure
+    decode step drafts nothing and measures the plain step (its ratio), then drafting goes on; off by default."""
+    def run(every: int) -> list[int]:
+        est = LogisticEstimator(7, 3)
+        est.refits = est.warmup_refits
+        # pure decode steps refresh the tables: copies, not the shared ones
+        target = CostTable({(1, t): 0.040 + 0.0002 * t for t in range(1, 10)})
+        av = AdaptiveVerifier(target, est, CostTable({(1, 1): 0.0045}), calibrate=True)
+        av.calibration.plain_probe_every = every
+        av._prior = torch.full((7,), 0.6)  # drafting pays at c=1
+        req, depths = _Req(req_id="r", tokens=[1] * 20), []
+        for _ in range(10):
+            plan = ScheduledStep(decodes=[(req, 7)])
+            av.plan_depths(plan)
+            depth = plan.decodes[0][1]
+            depths.append(depth)
+            av.observe_step(0.045 if depth else 0.040, 0.040, 0.004 if depth else 0.0, 1, 1 + depth, True, 1, depth)
+            req.tokens.append(1)
+        assert av.plain_probes == depths.count(0)
+        return depths
+
+    assert 0 not in run(0)
+    depths = run(4)
+    assert [i for i, d in enumerate(depths) if d == 0] == [4, 9]
+
+
 def test_an_idle_depth_plan_is_reused_until_the_batch_or_the_estimates_change():
     """A plan that drafted nothing is not recomputed for the same requests (no new estimates; catch-ups only
     grow), at most PROBE_EVERY times in a row; another batch is planned afresh."""

@@ -3,8 +3,8 @@ per position and per request count, neutral until enough steps were seen, and bo
 import pytest
 import torch
 
-from workers.plan_calibration import (CALIBRATION_MIN_STEPS, GAIN_BOUNDS, PLAIN_STALE_STEPS, TIME_BOUNDS,
-                                      PlanCalibration)
+from workers.plan_calibration import (CALIBRATION_MIN_STEPS, CALIBRATION_RATE, GAIN_BOUNDS, PLAIN_PROBE_RATE,
+                                      PLAIN_STALE_STEPS, TIME_BOUNDS, PlanCalibration)
 
 NEUTRAL = {"plain_scale": 1.0, "spec_scale": 1.0}
 
@@ -62,6 +62,27 @@ def test_a_plain_ratio_no_plain_step_refreshed_goes_stale_and_is_then_measured_a
     for _ in range(PLAIN_STALE_STEPS):
         cal.observe_spec(32, 0.220, 0.200)
     assert cal.scales(32) == pytest.approx({"plain_scale": 0.95, "spec_scale": 1.1})
+
+
+def test_a_plain_probe_is_due_after_n_drafting_steps_and_weighs_more_than_a_plain_step():
+    """With plain_probe_every=N, a plain step is due after N drafting steps at a request count (none by
+    default), and its time moves the plain ratio's running means by PLAIN_PROBE_RATE, a plain step's by
+    CALIBRATION_RATE."""
+    assert not PlanCalibration().plain_probe_due(8)
+    cal = PlanCalibration(plain_probe_every=4)
+    for _ in range(CALIBRATION_MIN_STEPS):
+        cal.observe_plain(8, 0.100, 0.100)
+    for _ in range(3):
+        cal.observe_spec(8, 0.120, 0.100)
+    assert not cal.plain_probe_due(8) and not cal.plain_probe_due(4)
+    cal.observe_spec(8, 0.120, 0.100)
+    assert cal.plain_probe_due(8)
+    cal.observe_plain(8, 0.060, 0.100)  # the machine sped up: the probe reads 0.6
+    assert not cal.plain_probe_due(8)
+    moved = (0.100 + PLAIN_PROBE_RATE * (0.060 - 0.100)) / 0.100
+    assert cal.scales(8)["plain_scale"] == pytest.approx(moved)
+    cal.observe_plain(8, 0.060, 0.100)  # not a probe: the usual weight
+    assert cal.scales(8)["plain_scale"] == pytest.approx((moved * 0.1 + CALIBRATION_RATE * (0.06 - moved * 0.1)) / 0.1)
 
 
 def test_the_gain_is_per_position_a_ratio_of_running_means_and_only_where_drafts_were_verified():
