@@ -46,10 +46,10 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   as they are. A verify step's error is the level's and the row's shape's together: at 0.9 a shape the warm-up
   priced low (verified rows dearer in serving than at its uniform context) raises the plain cell with it while
   adaptive drafts, and not drafting then looks dearer than it is.
-- `plainprobe16` (any `plainprobeN`): while the depth plan drafts, one pure decode step in N at a request count
-  drafts nothing, and its time refreshes the plain-step ratio with weight PLAIN_PROBE_RATE
-  (workers/plan_calibration.py, PLAIN_PROBE_EVERY): the plain price measured beside the drafting steps rather than
-  carried from before they began.
+- `plainprobe16` (any `plainprobeN`; `plainprobe0`: none, as before 2026-12-07): while the depth plan drafts, one
+  pure decode step in N at a request count drafts nothing, and its time refreshes the plain-step ratio with weight
+  PLAIN_PROBE_RATE (workers/plan_calibration.py, PLAIN_PROBE_EVERY, 16 since 2026-12-07): the plain price measured
+  beside the drafting steps rather than carried from before they began.
 - `uniformcap`: verifies what adaptive's trim chose, but at most the depth that every request verifying the same
   count (at most its drafts) would pick for this step's tokens per second (at least 1): the depth a fixed-k
   schedule would choose for this batch, as a cap on the trim's deeper choices.

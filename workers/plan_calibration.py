@@ -51,16 +51,19 @@ GAIN_BOUNDS = (0.2, 1.5)  # per position
 # cycles), and 0.997 at ShareGPT c=2 where drafting pays (6 cycles; docs/architecture.md). 32 steps: ~1.6x
 # the running means' memory.
 PLAIN_STALE_STEPS = 32
-# A plain probe: while the plan drafts, one pure decode step in this many at a request count drafts nothing, so
-# the plain-step ratio is measured beside the drafting steps, at the machine's speed of the moment, rather than
-# carried from before the drafting began (0: none, the default; an experiment: `--variant plainprobeN` of
-# benchmarks/adaptive_variant_ab.py). In a logged losing state (trained draft, repetitive c=8, the grid's nine
-# engines; docs/performance.md, "twelfth session") the plain ratio carried 1.06 from before while the drafting
-# steps' fell from 0.99 to 0.86 as the machine sped up: the plan priced a plain step at ~77 ms while no
-# speculation's steps of the same rounds took 52-60 ms, and drafted in 43 of 62 pure decode steps that ran at
-# 0.92-0.98 of no speculation's rate. A probe's step weighs PLAIN_PROBE_RATE in the running means (a plain step
-# 0.05), as it is one in many.
-PLAIN_PROBE_EVERY = 0
+# A plain probe: while the plan drafts, one pure decode step in PLAIN_PROBE_EVERY at a request count drafts nothing,
+# so the plain-step ratio is measured beside the drafting steps, at the machine's speed of the moment, rather than
+# carried from before the drafting began (or borrowed from the drafting steps once stale). A probe's step weighs
+# PLAIN_PROBE_RATE in the running means (a plain step CALIBRATION_RATE), as it is one in many. In logged losing
+# states (trained draft, repetitive c=8, the grid's nine engines interleaved; benchmarks/grid_step_log.py,
+# docs/performance.md, "twelfth session") the plain ratio carried 1.06-1.34 from before the drafting: the plan
+# priced a plain step at ~1.1-1.5x what no speculation's steps of the same rounds took and drafted in steps that ran
+# at 0.92-0.98 of no speculation's rate. With probes every 16 (2026-12-07, `--variant plainprobe16` beside a
+# placebo in the variant slot): c=8 per cycle 0.981-1.006 of max(no speculation, best fixed k), 6 of 6 >= 0.98
+# (adaptive without them 5 of 6, the placebo 4 of 6); per cycle against the placebo +1.8%, against adaptive -0.8%
+# (medians: within the slot's noise, +-4% here); trained ShareGPT c=2, where drafting pays, against the placebo
+# -0.2%, adaptive -0.5% (4 cycles). A probe costs at most 1/17 of what drafting gains.
+PLAIN_PROBE_EVERY = 16
 PLAIN_PROBE_RATE = 0.25
 
 

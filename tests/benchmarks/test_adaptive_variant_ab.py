@@ -40,8 +40,9 @@ def test_variants_are_parsed_from_a_comma_list():
     assert _variants("uniformcap,rowsx2,rowsx1.5") == ["uniformcap", "rowsx2", "rowsx1.5"]
     assert _variants("cap3mixed,cap3pure") == ["cap3mixed", "cap3pure"]
     assert _variants("placebo,noguard") == ["placebo", "noguard"]  # placebo: the variant slot by itself
+    assert _variants("plainprobe16,stale8") == ["plainprobe16", "stale8"]
     with pytest.raises(argparse.ArgumentTypeError):
         _variants("cap,x")
-    for bad in ("rowsx", "cap3both", "norelax"):  # norelax: taken out with the relaxation it read
+    for bad in ("rowsx", "cap3both", "norelax", "plainprobe"):  # norelax: taken out with the relaxation it read
         with pytest.raises(argparse.ArgumentTypeError):
             _variants(bad)
