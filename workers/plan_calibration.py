@@ -56,7 +56,7 @@ PLAIN_STALE_STEPS = 32
 # carried from before the drafting began (or borrowed from the drafting steps once stale). A probe's step weighs
 # PLAIN_PROBE_RATE in the running means (a plain step CALIBRATION_RATE), as it is one in many. In logged losing
 # states (trained draft, repetitive c=8, the grid's nine engines interleaved; benchmarks/grid_step_log.py,
-# docs/performance.md, "twelfth session") the plain ratio carried 1.06-1.34 from before the drafting: the plan
+# docs/performance.md, "twelfth session") the plain ratio carried 1.06-1.40 from before the drafting: the plan
 # priced a plain step at ~1.1-1.5x what no speculation's steps of the same rounds took and drafted in steps that ran
 # at 0.92-0.98 of no speculation's rate. With probes every 16 (2026-12-07, `--variant plainprobe16` beside a
 # placebo in the variant slot): c=8 per cycle 0.981-1.006 of max(no speculation, best fixed k), 6 of 6 >= 0.98
