@@ -210,8 +210,10 @@ class AdaptiveVerifier(DepthPlan):
         if self.calibrate and self.draft_cost is not None and pure_decode:
             if draft_depth == 0:
                 self.calibration.observe_plain(row, wall_s, table_s + self.overhead_s)
-            elif self._planned is not None:
-                self.calibration.observe_spec(self._planned[0], wall_s, self._planned[1])
+            else:  # every drafting step counts towards the next plain probe, priced or not (held, trimmed)
+                self.calibration.note_drafting(row)
+                if self._planned is not None:
+                    self.calibration.observe_spec(self._planned[0], wall_s, self._planned[1])
         self._planned = None
         if pure_decode:
             self.costs.learn(row, table_s, forward_s, requests, tokens, ragged_extra, extra_groups)

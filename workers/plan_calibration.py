@@ -99,6 +99,7 @@ class _Kinds:
     spec: _Ratio = field(default_factory=_Ratio)  # steps that drafted: seconds
     gain: list[_Ratio] = field(default_factory=list)  # per position: accepted / expected survival
     spec_since_plain: int = 0  # drafting steps seen since the last plain step (PLAIN_STALE_STEPS)
+    drafting_since_plain: int = 0  # pure decode steps that drafted, priced or not, since then (PLAIN_PROBE_EVERY)
 
 
 class PlanCalibration:
@@ -145,14 +146,19 @@ class PlanCalibration:
     def plain_probe_due(self, row: int) -> bool:
         """The next pure decode step at `row` should draft nothing (PLAIN_PROBE_EVERY)."""
         k = self._rows.get(row)
-        return bool(self.plain_probe_every) and k is not None and k.spec_since_plain >= self.plain_probe_every
+        return bool(self.plain_probe_every) and k is not None and k.drafting_since_plain >= self.plain_probe_every
+
+    def note_drafting(self, row: int) -> None:
+        """A pure decode step at `row` drafted (whether or not its prediction is observed: `observe_spec` sees only
+        the steps whose drafts the trim kept as planned, so counting those alone spaced the probes ~2x wider)."""
+        self._rows.setdefault(row, _Kinds()).drafting_since_plain += 1
 
     def observe_plain(self, row: int, seconds: float, predicted_s: float) -> None:
         k = self._rows.setdefault(row, _Kinds())
         probe = self.plain_probe_due(row)
         if self._plain_stale(k):  # measured afresh, borrowing the drafting steps' ratio until it is ready
             k.plain = _Ratio()
-        k.spec_since_plain = 0
+        k.spec_since_plain = k.drafting_since_plain = 0
         k.plain.add(seconds, predicted_s, PLAIN_PROBE_RATE if probe else CALIBRATION_RATE)
 
     def observe_spec(self, row: int, seconds: float, predicted_s: float) -> None:

@@ -65,17 +65,17 @@ def test_a_plain_ratio_no_plain_step_refreshed_goes_stale_and_is_then_measured_a
 
 
 def test_a_plain_probe_is_due_after_n_drafting_steps_and_weighs_more_than_a_plain_step():
-    """With plain_probe_every=N, a plain step is due after N drafting steps at a request count (none by
-    default), and its time moves the plain ratio's running means by PLAIN_PROBE_RATE, a plain step's by
+    """With plain_probe_every=N, a plain step is due after N drafting steps at a request count, and its time moves the plain ratio's running means by PLAIN_PROBE_RATE, a plain step's by
     CALIBRATION_RATE."""
-    assert not PlanCalibration().plain_probe_due(8)
+    assert not PlanCalibration(plain_probe_every=0).plain_probe_due(8)
     cal = PlanCalibration(plain_probe_every=4)
     for _ in range(CALIBRATION_MIN_STEPS):
         cal.observe_plain(8, 0.100, 0.100)
     for _ in range(3):
+        cal.note_drafting(8)
         cal.observe_spec(8, 0.120, 0.100)
     assert not cal.plain_probe_due(8) and not cal.plain_probe_due(4)
-    cal.observe_spec(8, 0.120, 0.100)
+    cal.note_drafting(8)  # a drafting step whose prediction was not observed (the trim cut it) counts too
     assert cal.plain_probe_due(8)
     cal.observe_plain(8, 0.060, 0.100)  # the machine sped up: the probe reads 0.6
     assert not cal.plain_probe_due(8)
