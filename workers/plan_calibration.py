@@ -58,11 +58,10 @@ PLAIN_STALE_STEPS = 32
 # states (trained draft, repetitive c=8, the grid's nine engines interleaved; benchmarks/grid_step_log.py,
 # docs/performance.md, "twelfth session") the plain ratio carried 1.06-1.40 from before the drafting: the plan
 # priced a plain step at ~1.1-1.5x what no speculation's steps of the same rounds took and drafted in steps that ran
-# at 0.92-0.98 of no speculation's rate. With probes every 16 (2026-12-07, `--variant plainprobe16` beside a
-# placebo in the variant slot): c=8 per cycle 0.981-1.006 of max(no speculation, best fixed k), 6 of 6 >= 0.98
-# (adaptive without them 5 of 6, the placebo 4 of 6); per cycle against the placebo +1.8%, against adaptive -0.8%
-# (medians: within the slot's noise, +-4% here); trained ShareGPT c=2, where drafting pays, against the placebo
-# -0.2%, adaptive -0.5% (4 cycles). A probe costs at most 1/17 of what drafting gains.
+# at 0.92-0.98 of no speculation's rate. With probes every 16 against without (2026-12-07; the variant slot
+# against a placebo, and the other way round): ten c=8 cycles, median +0.75% (-1.7 to +2.6%: within a cycle's
+# noise here); trained ShareGPT c=2, where drafting pays, -0.2% against the placebo (4 cycles). A probe costs at
+# most 1/17 of what drafting gains.
 PLAIN_PROBE_EVERY = 16
 PLAIN_PROBE_RATE = 0.25
 
