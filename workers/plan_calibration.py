@@ -53,8 +53,9 @@ GAIN_BOUNDS = (0.2, 1.5)  # per position
 PLAIN_STALE_STEPS = 32
 # A plain probe: while the plan drafts, one pure decode step in PLAIN_PROBE_EVERY at a request count drafts nothing,
 # so the plain-step ratio is measured beside the drafting steps, at the machine's speed of the moment, rather than
-# carried from before the drafting began (or borrowed from the drafting steps once stale). A probe's step weighs
-# PLAIN_PROBE_RATE in the running means (a plain step CALIBRATION_RATE), as it is one in many. In logged losing
+# carried from before the drafting began (or borrowed from the drafting steps once stale). A plain step after
+# PLAIN_PROBE_EVERY drafting steps (a probe's, or one the plan chose) weighs PLAIN_PROBE_RATE in the running means
+# (other plain steps CALIBRATION_RATE), as it is one in many. In logged losing
 # states (trained draft, repetitive c=8, the grid's nine engines interleaved; benchmarks/grid_step_log.py,
 # docs/performance.md, "twelfth session") the plain ratio carried 1.06-1.40 from before the drafting: the plan
 # priced a plain step at ~1.1-1.5x what no speculation's steps of the same rounds took and drafted in steps that ran
