@@ -198,6 +198,15 @@ def _rows_priced(engine: LLMEngine, factor: float) -> None:
     engine.adaptive.trim = trim_with_dearer_rows
 
 
+def calibration_part(engine: LLMEngine, part: str) -> bool:
+    """`staleN` and `plainprobeN`: set the depth plan's calibration accordingly; False for any other part."""
+    m = re.fullmatch(r"(stale|plainprobe)(\d+)", part)
+    if m is None:
+        return False
+    setattr(engine.adaptive.calibration, "plain_stale_steps" if m[1] == "stale" else "plain_probe_every", int(m[2]))
+    return True
+
+
 def _verify_level(engine: LLMEngine, share: float) -> None:
     """`verifylevelF`: refreshes of the target's table from steps that verified drafts move the level by `share`."""
     cost = engine.adaptive.cost
@@ -274,13 +283,9 @@ def main() -> None:
             _after_trim(engine, part)
         elif part.startswith("rowsx"):
             _rows_priced(engine, float(part[5:]))
-        elif re.fullmatch(r"stale\d+", part):
-            engine.adaptive.calibration.plain_stale_steps = int(part[5:])
-        elif re.fullmatch(r"plainprobe\d+", part):
-            engine.adaptive.calibration.plain_probe_every = int(part[10:])
         elif part.startswith("verifylevel"):
             _verify_level(engine, float(part[11:]))
-        else:
+        elif not calibration_part(engine, part):  # staleN, plainprobeN
             _without(engine, part)
         bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, args.seed)  # run_bench takes it for the variant
         modes.append(mode)

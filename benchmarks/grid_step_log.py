@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from adaptive_engine import MODES  # noqa: E402  (same folder: run as a script)
+from adaptive_variant_ab import calibration_part  # noqa: E402
 from workers.bench import _spec, _warmed, point_sample, run_ours, sustained_plan
 from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig
@@ -29,10 +30,7 @@ ADAPTIVE = "draft:7:adaptive"
 
 def _engine(mode: str, seed: int) -> LLMEngine:
     engine = LLMEngine(EngineConfig(dtype="auto", kv_cache_memory_gb=0.5, spec=_spec(mode, 7)))
-    part = mode.partition("#")[2]
-    if m := re.fullmatch(r"(plainprobe|stale)(\d+)", part):
-        setattr(engine.adaptive.calibration, "plain_probe_every" if m[1] == "plainprobe" else "plain_stale_steps",
-                int(m[2]))
+    calibration_part(engine, mode.partition("#")[2])  # staleN, plainprobeN (placebo: nothing)
     return _warmed(engine, 48, seed)
 
 

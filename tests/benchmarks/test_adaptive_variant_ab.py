@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from adaptive_variant_ab import _variants, per_request_depths, uniform_depth  # noqa: E402
+from adaptive_variant_ab import _variants, calibration_part, per_request_depths, uniform_depth  # noqa: E402
 
 
 def test_each_request_verifies_the_depth_of_its_least_cost_per_token():
@@ -46,3 +46,13 @@ def test_variants_are_parsed_from_a_comma_list():
     for bad in ("rowsx", "cap3both", "norelax", "plainprobe"):  # norelax: taken out with the relaxation it read
         with pytest.raises(argparse.ArgumentTypeError):
             _variants(bad)
+
+
+def test_calibration_parts_set_the_depth_plans_calibration_and_nothing_else():
+    from types import SimpleNamespace
+    from workers.plan_calibration import PlanCalibration
+
+    engine = SimpleNamespace(adaptive=SimpleNamespace(calibration=PlanCalibration()))
+    assert calibration_part(engine, "plainprobe0") and engine.adaptive.calibration.plain_probe_every == 0
+    assert calibration_part(engine, "stale8") and engine.adaptive.calibration.plain_stale_steps == 8
+    assert not calibration_part(engine, "placebo") and not calibration_part(engine, "cap2")
