@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from workers.attention import SeqSpan
 
 KEY_BLOCK = 128  # keys are gathered in blocks of this many (workers/attention.py)
@@ -40,8 +42,8 @@ def group_cost_rows(device: torch.device) -> int:
     return GROUP_COST_ROWS_CUDA if device.type == "cuda" else GROUP_COST_ROWS
 
 
-def group_by_length(small: list[tuple["SeqSpan", torch.Tensor]],
-                    cost_rows: int | None = None) -> list[list[tuple["SeqSpan", torch.Tensor]]]:
+def group_by_length(small: list[tuple["SeqSpan", np.ndarray]],
+                    cost_rows: int | None = None) -> list[list[tuple["SeqSpan", np.ndarray]]]:
     """Split sequences into groups of similar query length, each padded to its own longest query: a ragged
     verify plan (one request at 1 + 7 rows, the rest at 1 + 1) would otherwise pad every sequence to 8 rows.
     The cheapest runs of the distinct lengths by sum(cost_rows + sequences x longest), `cost_rows`
@@ -62,8 +64,8 @@ def context_cost_slots(device: torch.device) -> int | None:
     return None if device.type == "cuda" else GROUP_COST_SLOTS
 
 
-def split_by_context(group: list[tuple["SeqSpan", torch.Tensor]],
-                     cost_slots: int | None) -> list[list[tuple["SeqSpan", torch.Tensor]]]:
+def split_by_context(group: list[tuple["SeqSpan", np.ndarray]],
+                     cost_slots: int | None) -> list[list[tuple["SeqSpan", np.ndarray]]]:
     """Split one group (a query tile) by context: the cheapest runs of the distinct padded contexts (whole key
     blocks) by sum(cost_slots + sequences x longest padded context)."""
     if cost_slots is None:

@@ -24,11 +24,15 @@ from workers.sampling import LANE_DRAFT, hash_uniform, sample_from
 class _DraftState:
     kv_tokens: list[int] = field(default_factory=list)  # tokens whose KV is in the draft cache
     blocks: list[int] = field(default_factory=list)
+    # leading kv_tokens known to equal the request's committed tokens: only those after it are compared (a
+    # token-by-token comparison and copy of the whole context was ~35 us per request per step at ~200 tokens)
+    known: int = 0
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def _common_prefix(a: list[int], b: list[int], start: int = 0) -> int:
+    """Length of the common prefix of `a` and `b`, given that their first `start` items are equal."""
     n = min(len(a), len(b))
-    i = 0
+    i = min(start, n)
     while i < n and a[i] == b[i]:
         i += 1
     return i
@@ -61,14 +65,16 @@ class DraftModelProposer:
         for b, d in enumerate(batch):
             ctx = self._mirror.update(d)
             st = self._state.setdefault(d.req_id, _DraftState())
+            st.known = min(st.known, d.start)  # the committed tokens from d.start on were replaced
             if d.max_drafts <= 0:
                 continue
-            keep = min(_common_prefix(st.kv_tokens, ctx), len(ctx) - 1)  # always recompute >= 1 token
+            keep = min(_common_prefix(st.kv_tokens, ctx, st.known), len(ctx) - 1)  # always recompute >= 1 token
             try:
                 self._ensure_blocks(st, len(ctx) + d.max_drafts)
             except NoFreeBlocksError:
                 continue  # draft cache full: this request goes without drafts this step
-            st.kv_tokens = list(ctx[:keep])
+            del st.kv_tokens[keep:]
+            st.known = len(ctx)  # the first iteration feeds ctx[keep:]: then kv_tokens starts with ctx
             chunks.append(StepChunk(ctx[keep:], keep, st.blocks, 1))
             active.append(b)
         for i in range(K):
@@ -93,19 +99,24 @@ class DraftModelProposer:
     def _draft_step(self, logits: torch.Tensor, reqs: list[DraftInput], i: int, rows: list[int],
                     idx: torch.Tensor, val: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
         logits = logits.float().cpu()  # [n, V]: drafts and their sparse q travel as small CPU tensors
-        temp = torch.tensor([r.temperature for r in reqs])
-        greedy = temp == 0
         top = logits.topk(self.top_s, dim=-1)  # values/indices [n, S], descending
-        p1 = logits.softmax(-1)
-        feats[rows, i, 0] = p1.gather(-1, top.indices[:, :1])[:, 0]
-        feats[rows, i, 1] = top.values[:, 0] - top.values[:, 1]
-        feats[rows, i, 2] = -(p1 * p1.clamp_min(1e-30).log()).sum(-1)
+        log_p = logits.log_softmax(-1)  # [n, V]
+        # features: top-1 probability, top1-top2 margin, entropy (written in one indexed copy: each cost ~15 us)
+        feats[rows, i] = torch.stack((log_p.gather(-1, top.indices[:, :1])[:, 0].exp(),
+                                      top.values[:, 0] - top.values[:, 1],
+                                      -(log_p.exp() * log_p).sum(-1)), dim=-1)
+        tokens = top.indices if self._head_ids is None else self._head_ids[top.indices]  # [n, S] target ids
+        idx[rows, i] = tokens
+        temps = [r.temperature for r in reqs]
+        if not any(temps):  # all greedy: the argmax, q one-hot at it (val's default), no randomness drawn
+            return tokens[:, 0]
+        temp = torch.tensor(temps)
+        greedy = temp == 0
         q = (top.values / torch.where(greedy, 1.0, temp)[:, None]).softmax(-1)  # [n, S] exactly sparse
         u = hash_uniform(torch.tensor([r.seed for r in reqs]), torch.tensor([r.out_pos + i for r in reqs]), LANE_DRAFT)
         choice = torch.where(greedy, 0, sample_from(q, u))
-        tokens = top.indices if self._head_ids is None else self._head_ids[top.indices]  # [n, S] target ids
-        idx[rows, i] = tokens
-        val[rows, i] = torch.where(greedy[:, None], torch.nn.functional.one_hot(torch.zeros_like(choice), self.top_s).float(), q)
+        one_hot = torch.nn.functional.one_hot(torch.zeros_like(choice), self.top_s).float()
+        val[rows, i] = torch.where(greedy[:, None], one_hot, q)
         return tokens.gather(-1, choice[:, None])[:, 0]
 
     def release(self, req_id: str) -> None:
