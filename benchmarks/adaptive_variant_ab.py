@@ -19,8 +19,6 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   (`AdaptiveVerifier.mixed_ragged`), and the target's cost table is the one on disk whose row block was timed
   on a ragged step (`OLD_TABLE_KEY`; the variant refuses to run where that table was never measured).
 - `noguard`: the outlier guard (workers/step_outliers.py) off: every pure decode step refreshes the cost model.
-- `nooffset`: the logistic estimator without its online intercept offset (workers/estimators.py, OFFSET_LABELS; as
-  before 2026-12-07): between refits its estimates do not follow the outcomes.
 - `placebo`: nothing taken out: the variant engine is adaptive as is, built and warmed before the others (as
   every variant is). Against adaptive it reads what being the variant engine is worth by itself: up to ~2%,
   median 0.65%, 11 of 14 cycles ahead (trained draft, ShareGPT c=1 and repetitive c=32; docs/performance.md,
@@ -129,8 +127,6 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.mixed_ragged = False
     elif part == "noguard":
         engine.adaptive.costs.outliers.ratio = float("inf")
-    elif part == "nooffset":
-        engine.adaptive.estimator.follow_outcomes = False
     elif part == "placebo":
         pass
     elif part == "alwaysreserve":
@@ -302,7 +298,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard", "placebo", "nooffset")
+         "oldrowprice", "oldtable", "noguard", "placebo")
 
 
 def _variants(text: str) -> list[str]:

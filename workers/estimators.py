@@ -12,9 +12,6 @@ verification outcomes.
   verified any (as vLLM's refit every 100 steps). Counted in drafts throughout, a batch of 16 refit every ~6
   steps: ~3.2 ms a refit after a forward, 0.39 ms a step of adaptive's ~1.8 ms of policy while it drafted
   (trained draft, ShareGPT c=16, this CPU; ad-hoc timers, not committed).
-  Between refits, each position's intercept follows the outcomes: the labels move a per-position logit offset
-  (OFFSET_LABELS), and each refit sets it afresh from the position's last OFFSET_WINDOW labels under the new
-  weights (see OFFSET_LABELS for why).
 - `NgramEstimator` (n-gram drafts, no logits): historical acceptance keyed by (match length, the request's
   last verification, position), smoothed with a Beta prior, over a fading memory of recent outcomes. It has
   no warm-up, so the verifier keeps its labels flowing by verifying one full draft now and then
@@ -24,21 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-# The fit reads every label it kept (up to max_rows a position), most of them from before the load of the moment,
-# and refits come only every `refit_every` steps that verified drafts: where the depth plan drafts nothing, never.
-# Warmed on 16 ShareGPT requests (the grid's warm-up), the trained draft's estimator rated fixed k=2's position-1
-# drafts of ShareGPT at c=2 (seed 14, 638 drafts) at 0.203 on average where 0.342 were accepted, low in every
-# probability bin by 0.08-0.29 (ad hoc, 2026-12-07). The depth plan's running mean read 0.16-0.22, its bound
-# priced drafting below not drafting in 75 of 93 plans, and adaptive stayed at no speculation where k=2 gained
-# 7%: with no drafts, no labels came to correct it. An offset per position that the labels move follows the
-# outcomes between refits, probes' and a trimmed draft's included: each step a damped Newton step on the
-# intercept, sum(label - p) / (OFFSET_LABELS / 4 + sum(p (1 - p))), so its past weighs like OFFSET_LABELS labels
-# at p = 0.5 (one label moves it by at most ~0.06 logits; a step's many labels towards their own fit, not past
-# it). Bounded by OFFSET_BOUND logits.
-OFFSET_LABELS = 64
-OFFSET_BOUND = 3.0
-OFFSET_WINDOW = 256  # labels a refit sets the offset from (the most recent at each position)
 
 
 def verification_labels(num_positions: int, verified: torch.Tensor, accepted: torch.Tensor
@@ -56,8 +38,6 @@ class LogisticEstimator:
         self.k, self.f = k, num_features
         self.refit_every, self.warmup_refits, self.l2, self.max_rows = refit_every, warmup_refits, l2, max_rows
         self.weights = torch.zeros(k, num_features + 1)  # last column: bias
-        self.offset = torch.zeros(k)  # logits added to each position's bias, following the outcomes (OFFSET_LABELS)
-        self.follow_outcomes = True  # False: no offset (an A/B's variant)
         self.refits = 0
         # the labelled rows, one entry per observed step: (position [m], features [m, F], label [m]); kept
         # together, not per position, so a step costs a few tensor ops whatever k (appending position by
@@ -74,20 +54,13 @@ class LogisticEstimator:
         if not self.ready:
             return torch.ones(features.shape[:2])
         w = self.weights[: features.shape[1]]  # [K, F + 1]
-        return torch.sigmoid((features * w[:, :-1]).sum(-1) + w[:, -1] + self.offset[: features.shape[1]])
+        return torch.sigmoid((features * w[:, :-1]).sum(-1) + w[:, -1])
 
     def observe(self, features: torch.Tensor, verified: torch.Tensor, accepted: torch.Tensor) -> None:
         """features [B, K, F]; verified [B] positions checked; accepted [B]."""
         seen, label = verification_labels(features.shape[1], verified, accepted)
         b, pos = seen[:, : self.k].nonzero(as_tuple=True)
-        x, y = features[b, pos], label[b, pos]
-        self._rows.append((pos, x, y))
-        if self.ready and self.follow_outcomes and len(pos):  # a damped Newton step on each labelled intercept
-            w = self.weights[pos]  # [m, F + 1]
-            p = torch.sigmoid((x * w[:, :-1]).sum(-1) + w[:, -1] + self.offset[pos])
-            residual = torch.zeros(self.k).index_add_(0, pos, y - p)
-            curvature = torch.full((self.k,), OFFSET_LABELS / 4).index_add_(0, pos, p * (1 - p))
-            self.offset.add_(residual / curvature).clamp_(-OFFSET_BOUND, OFFSET_BOUND)
+        self._rows.append((pos, features[b, pos], label[b, pos]))
         verified_drafts = int((verified > 0).sum())
         self._since += verified_drafts if not self.ready else int(verified_drafts > 0)  # (see the module's doc)
         if self._since >= self.refit_every:
@@ -125,20 +98,8 @@ class LogisticEstimator:
                 hess = (xb * (p * (1 - p))[:, None]).T @ xb + self.l2 * torch.eye(len(w), dtype=torch.float64)
                 w = w - torch.linalg.solve(hess, grad)
             self.weights[i] = w.float()
-            if self.follow_outcomes:
-                self.offset[i] = _offset(xb[-OFFSET_WINDOW:] @ w, y[-OFFSET_WINDOW:].double(), self.l2)
         self._rows = [tuple(torch.cat(t) for t in zip(*kept))] if kept else []
         self.refits += 1
-
-
-def _offset(z: torch.Tensor, y: torch.Tensor, l2: float, iterations: int = 6) -> float:
-    """The logit offset o that best fits labels `y` [m] given the model's logits `z` [m]: Newton on the ridged
-    log-loss (ridge `l2` towards 0, so a few labels move it little), bounded by OFFSET_BOUND."""
-    o = 0.0
-    for _ in range(iterations):
-        p = torch.sigmoid(z + o)
-        o -= float((p - y).sum() + l2 * o) / float((p * (1 - p)).sum() + l2)
-    return min(max(o, -OFFSET_BOUND), OFFSET_BOUND)
 
 
 HISTORY_BUCKETS = 4  # a request's last verification: none yet, 0 accepted, 1-2 accepted, >= 3 (or all of >= 2)

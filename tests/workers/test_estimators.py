@@ -1,7 +1,6 @@
 import torch
 
-from workers.estimators import (OFFSET_BOUND, OFFSET_WINDOW, LogisticEstimator, NgramEstimator, calibration,
-                                history_bucket)
+from workers.estimators import LogisticEstimator, NgramEstimator, calibration, history_bucket
 
 
 def _simulate(n, k, gen):
@@ -111,41 +110,3 @@ def test_logistic_refits_by_drafts_while_warming_up_then_by_steps():
         verified = torch.full((16,), 2) if step % 2 else torch.zeros(16, dtype=torch.long)  # every other step
         est.observe(feats, verified, acc)
     assert est.refits == 4  # 32 of the 64 steps verified: one refit, not 16
-
-
-def test_logistic_estimates_follow_the_outcomes_between_refits():
-    """Fitted on drafts accepted at sigmoid(6 top1 - 3), then the same features are accepted at sigmoid(6 top1 - 2)
-    and no refit comes (as where the depth plan drafts nothing): the online offset moves the estimates most of the
-    way to the new rates within ~150 labels, two a step; without it they stay where the fit left them."""
-    g = torch.Generator().manual_seed(1)
-    ests = [LogisticEstimator(k=1, num_features=3, refit_every=100, warmup_refits=3) for _ in range(2)]
-    ests[1].follow_outcomes = False
-    for _ in range(3):
-        feats, _, acc = _simulate(100, 1, g)
-        for est in ests:
-            est.observe(feats, torch.ones(100, dtype=torch.long), acc)
-    assert all(est.ready for est in ests)
-    for _ in range(75):  # 75 steps with two labels each: fewer than refit_every steps, so no refit
-        feats = torch.rand(2, 1, 3, generator=g)
-        acc = (torch.rand(2, 1, generator=g) < torch.sigmoid(6 * feats[..., 0] - 2)).long()[:, 0]
-        for est in ests:
-            est.observe(feats, torch.ones(2, dtype=torch.long), acc)
-    assert all(est.refits == 3 for est in ests)
-    feats = torch.rand(4000, 1, 3, generator=g)
-    truth = torch.sigmoid(6 * feats[..., 0] - 2)[:, 0]
-    followed, fixed = ((est.predict(feats)[:, 0] - truth).abs().mean() for est in ests)
-    assert fixed > 0.1 and followed < 0.5 * fixed
-    assert 0.3 < float(ests[0].offset[0]) < OFFSET_BOUND and float(ests[1].offset[0]) == 0.0
-
-
-def test_a_refit_sets_the_offset_from_the_latest_labels():
-    """Old labels at one rate, the latest OFFSET_WINDOW at another: the refit's weights fit them all, and the
-    offset fits the latest under those weights, so the estimate reads the latest rate."""
-    est = LogisticEstimator(k=1, num_features=1, refit_every=10**9, warmup_refits=0)
-    x = torch.zeros(2000, 1, 1)
-    old = (torch.arange(2000) % 5 == 0).long()  # 0.2 accepted
-    new = (torch.arange(OFFSET_WINDOW) % 2 == 0).long()  # 0.5 accepted
-    est.observe(x, torch.ones(2000, dtype=torch.long), old)
-    est.observe(x[:OFFSET_WINDOW], torch.ones(OFFSET_WINDOW, dtype=torch.long), new)
-    est.refit()
-    assert abs(float(est.predict(torch.zeros(1, 1, 1))) - 0.5) < 0.03
