@@ -12,6 +12,12 @@ verification outcomes.
   verified any (as vLLM's refit every 100 steps). Counted in drafts throughout, a batch of 16 refit every ~6
   steps: ~3.2 ms a refit after a forward, 0.39 ms a step of adaptive's ~1.8 ms of policy while it drafted
   (trained draft, ShareGPT c=16, this CPU; ad-hoc timers, not committed).
+  Its labels are all it ever saw (up to max_rows a position), and where the depth plan drafts nothing no refit
+  comes: warmed on 16 ShareGPT requests (the grid's warm-up), it rated fixed k=2's position-1 drafts of other
+  ShareGPT prompts at c=2 at 0.203 on average where 0.342 were accepted, low in every probability bin (ad hoc,
+  2026-12-07). A per-position logit offset that the outcomes moved between refits (damped Newton steps on the
+  intercept) was tried and taken out: in an A/B there (4 cycles) neither engine came near fixed k=2, with it
+  0.996 of no speculation, without 1.008 (docs/performance.md, "thirteenth session").
 - `NgramEstimator` (n-gram drafts, no logits): historical acceptance keyed by (match length, the request's
   last verification, position), smoothed with a Beta prior, over a fading memory of recent outcomes. It has
   no warm-up, so the verifier keeps its labels flowing by verifying one full draft now and then
