@@ -103,8 +103,9 @@ class AttentionMetadata:
 
 
 # Indices are built in numpy and handed to torch once: each small torch op cost 10-20 us after a forward had
-# evicted the host's caches, and a step built ~6 per sequence (build_metadata took 0.84 ms at 8 sequences and
-# 2.7 ms at 32 in torch, paid by the target's every step and by each of the drafter's iterations).
+# evicted the host's caches, and a step built ~6 per sequence: build_metadata took 0.75 ms at 8 sequences and
+# 1.8 ms at 32 in torch, 0.42 and 0.66 ms now (benchmarks/host_code_ab.py), paid by the target's every step and by
+# each of the drafter's iterations.
 def _slots(block_table: np.ndarray, positions: np.ndarray, block_size: int) -> np.ndarray:
     return block_table[positions // block_size] * block_size + positions % block_size
 

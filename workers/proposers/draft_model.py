@@ -104,7 +104,7 @@ class DraftModelProposer:
         # features: top-1 probability, top1-top2 margin, entropy (written in one indexed copy: each cost ~15 us)
         feats[rows, i] = torch.stack((log_p.gather(-1, top.indices[:, :1])[:, 0].exp(),
                                       top.values[:, 0] - top.values[:, 1],
-                                      -(log_p.exp() * log_p).sum(-1)), dim=-1)
+                                      -(log_p.exp() * log_p.clamp_min(-69.0)).sum(-1)), dim=-1)  # 0 log 0 = 0
         tokens = top.indices if self._head_ids is None else self._head_ids[top.indices]  # [n, S] target ids
         idx[rows, i] = tokens
         temps = [r.temperature for r in reqs]
