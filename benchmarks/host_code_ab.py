@@ -76,6 +76,13 @@ def _alternate(evict: _Evict, rounds: int, calls: dict[str, Callable[[int], Call
     return {name: statistics.median(t[skip:]) for name, t in times.items()}
 
 
+def _row(part: str, requests: int, depth: int, med: dict[str, float]) -> dict:
+    row = {"part": part, "requests": requests, "depth": depth, "base_ms": 1000 * med["base"],
+           "this_ms": 1000 * med["this"], "ratio": med["this"] / med["base"]}
+    print(row, flush=True)
+    return row
+
+
 def run(base: str, rounds: int) -> dict:
     torch.set_num_threads(2)
     old_attention = module_at(base, "workers/attention.py")
@@ -106,25 +113,20 @@ def run(base: str, rounds: int) -> dict:
             return at
 
         med = _alternate(evict, rounds, {name: call(name) for name in props}, metas, 5)
-        rows.append({"part": "draft propose", "requests": B, "depth": depth, "base_ms": 1000 * med["base"],
-                     "this_ms": 1000 * med["this"], "ratio": med["this"] / med["base"]})
-        print(rows[-1], flush=True)
+        rows.append(_row("draft propose", B, depth, med))
     for B in TARGET_REQUESTS:  # the metadata alone, as the target's decode step builds it (q_tile 10, 3 heads a group)
         spans = [attention.SeqSpan(b, 1, CONTEXT + rng.randrange(0, 50), rng.sample(range(4096), 16)) for b in range(B)]
         med = _alternate(evict, rounds * 4, {name: (lambda i, m=m: lambda: m(spans, 16, dev, 10, 3, False))
                                              for name, m in metas.items()}, metas, 10)
-        rows.append({"part": "attention metadata", "requests": B, "depth": 0, "base_ms": 1000 * med["base"],
-                     "this_ms": 1000 * med["this"], "ratio": med["this"] / med["base"]})
-        print(rows[-1], flush=True)
+        rows.append(_row("attention metadata", B, 0, med))
     target, _ = LlamaForward.load(target_dir, dev, dtype, True)
     runner = ModelRunner(target, 2**29, 16, False)
     for B in TARGET_REQUESTS:
         chunks = [StepChunk([rng.randrange(1000, 20000)], CONTEXT + rng.randrange(0, 50), runner.pool.allocate(16), 1)
                   for _ in range(B)]
         med = _alternate(evict, rounds, {name: (lambda i: lambda: runner.run(chunks)) for name in metas}, metas, 3)
-        rows.append({"part": "target decode forward", "requests": B, "depth": 0, "base_ms": 1000 * med["base"],
-                     "this_ms": 1000 * med["this"], "ratio": med["this"] / med["base"]})
-        print(rows[-1], flush=True)
+        rows.append(_row("target decode forward", B, 0, med))
+    model_runner.build_metadata = attention.build_metadata  # as it was before the A/B
     this = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
     return {"base": base, "this": this, "dtype": str(dtype), "rounds": rounds, "context": CONTEXT, "rows": rows}
