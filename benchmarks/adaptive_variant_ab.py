@@ -25,6 +25,8 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   "2026-12-06, fourth session"), while every round stepped the engines in one cyclic order, adaptive right
   after fixed k; each round has its own order since beada96. Read a variant against it, or run it beside the
   variant.
+- `nolevel`: the depth plan reads position 1 from the running mean of the estimates, as before 2026-12-07's
+  fourteenth session, not from its outcomes with a bounded optimism (workers/first_position.py).
 - `oldtable`: that old table alone, with the price as it is: against adaptive it reads what the table's
   re-measurement changed, apart from the price.
 - `cap2`, `cap4` (any `capD`): verifies what adaptive's trim chose, but at most D drafts per request. At n-gram
@@ -129,6 +131,8 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.costs.outliers.ratio = float("inf")
     elif part == "placebo":
         pass
+    elif part == "nolevel":
+        engine.adaptive.first.enabled = False
     elif part == "alwaysreserve":
         engine.scheduler.cap_only_cut = False
     elif part in ("verifynone", "mixedverifynone"):
@@ -298,7 +302,7 @@ def main() -> None:
 
 
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard", "placebo")
+         "oldrowprice", "oldtable", "noguard", "placebo", "nolevel")
 
 
 def _variants(text: str) -> list[str]:

@@ -21,6 +21,7 @@ from workers.cost_table import CostTable
 from workers.depth_plan import DepthPlan
 from workers.estimators import LogisticEstimator, NgramEstimator, history_bucket
 from workers.exploration import Exploration
+from workers.first_position import FirstPositionLevel
 from workers.online_costs import OnlineTargetCosts
 from workers.plan_calibration import PlanCalibration
 from workers.probes import ProbeSchedule
@@ -78,6 +79,7 @@ class AdaptiveVerifier(DepthPlan):
         self.idle_plans_bounded = 0  # plans `_cannot_pay` decided without the search
         self.plain_probes = 0  # pure decode steps the plan kept plain to measure them (PLAIN_PROBE_EVERY)
         self._prior = torch.ones(estimator.k)  # the running mean of the estimates: what the depth plan reads
+        self.first = FirstPositionLevel()  # position 1's level from its outcomes (workers/first_position.py)
         self.probe = ProbeSchedule()  # one request drafts now and then when none would (workers/probes.py)
         self.catch_ups = CatchUpLedger()  # what each request's draft first feeds, and its price
         self._idle_key: tuple | None = None  # the batch whose last depth plan drafted nothing
@@ -278,6 +280,8 @@ class AdaptiveVerifier(DepthPlan):
 
     def learn(self, proposal: "Proposal", verify: list[tuple[int, object, int, int]], accepted: list[int]) -> None:
         rows = [(b, n, a) for (b, _, n, _), a in zip(verify, accepted) if b >= 0]
+        drafted = [a for _, n, a in rows if n > 0]
+        self.first.observe(len(drafted), sum(1 for a in drafted if a > 0))
         if self._planned is not None and self.calibrate_survival:
             self._observe_gain(rows)
         if self._planned_mixed is not None:

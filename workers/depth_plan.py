@@ -104,7 +104,7 @@ class DepthPlan:
                 self._plan_idle(plan, reqs, depths, rows, step, row, calibrated)
                 return
         n = torch.tensor(depths)
-        scores = survival(self._prior.expand(len(reqs), -1), n)  # the running mean for all (see `_prior`)
+        scores = survival(self._plan_prior().expand(len(reqs), -1), n)  # the running mean for all (see `_prior`)
         caps, gauged = n, False
         if planning:
             extra = torch.tensor(rows)  # [B] rows beyond the usual 1
@@ -122,6 +122,8 @@ class DepthPlan:
                                              **(self.calibration.scales(row) if calibrated else {}))
                 caps = chosen.lengths
                 drafts = bool(caps.any())
+                if not drafts:
+                    self.first.fade()
                 if calibrated and drafts:  # the step pays its catch-ups whole: so does the prediction
                     unpaid = float(((catch_up_s - amortised) * (caps > 0)).sum())
                     self._planned = (row, chosen.seconds + unpaid, scores)
@@ -153,7 +155,9 @@ class DepthPlan:
         first: at c=32 half the plans were such idle ones, ~0.5 ms each after a forward (trained draft,
         ShareGPT, this CPU; ad-hoc timers), which on an H200's ~25 ms step is ~2%. Python floats here, the
         search's float32 tensors there: the same plans up to rounding."""
-        curve = list(itertools.accumulate((min(max(p, 0.0), 1.0) for p in self._prior.tolist()), operator.mul))
+        prior = self._prior.tolist()
+        prior[0] = self.first.level(prior[0])
+        curve = list(itertools.accumulate((min(max(p, 0.0), 1.0) for p in prior), operator.mul))
         K, rated = len(curve), curve
         gain = self._gain(row, K, mixed=bool(plan.prefills), calibrated=calibrated)
         if gain is not None:
@@ -182,11 +186,19 @@ class DepthPlan:
         """No request drafts, unless a probe is due (`ProbeSchedule.choose`): in lists, as each torch op here costs
         15-20 us after a forward has evicted the host's caches (a computed idle plan was ~0.5 ms at c=32 on this
         CPU, ~0.1 ms of it these ops)."""
+        self.first.fade()
         probe = self._choose_probe(False, depths, extra, step)
         plan.decodes = [(r, int(i == probe)) for i, r in enumerate(reqs)]
         if probe is not None and calibrated:
-            self._planned = self._probe_planned(row, len(reqs), survival(self._prior.expand(len(reqs), -1),
+            self._planned = self._probe_planned(row, len(reqs), survival(self._plan_prior().expand(len(reqs), -1),
                                                                          torch.tensor(depths)))
+
+    def _plan_prior(self) -> torch.Tensor:  # [K]
+        """What the plan counts on per position: the running mean of the estimates, position 1 at its level
+        from the outcomes (workers/first_position.py)."""
+        prior = self._prior.clone()
+        prior[0] = self.first.level(float(prior[0]))
+        return prior
 
     def _probe_planned(self, row: int, B: int, scores: torch.Tensor) -> tuple[int, float, torch.Tensor]:
         """A probe step as the calibration predicts it: the plain step, one draft iteration, its catch-up, one
@@ -221,6 +233,7 @@ class DepthPlan:
         self.probe.since += 1
         self.catch_ups.clear()
         self.idle_plans_held += 1
+        self.first.fade()
         return True
 
     def _plain_probe(self, reqs: list, plan: "ScheduledStep") -> bool:

@@ -374,6 +374,7 @@ def test_a_calibrated_depth_plan_stops_drafting_when_its_drafts_are_accepted_les
     gain = av.calibration.gain(1, 7)
     assert gain[0] == GAIN_BOUNDS[0] and bool((gain[1:] == 1).all())  # positions never verified: no news
     av.calibrate = False  # calibrate_plan="off": neither measured nor applied
+    av.first.enabled = False  # nor position 1's level from the outcomes (0 of ~12 accepted: it would not draft)
     other = _Req(req_id="r2", tokens=[1] * 20)  # a new batch: planned afresh, not the idle plan
     plan = ScheduledStep(decodes=[(other, 7)])
     av.plan_depths(plan)
