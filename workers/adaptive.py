@@ -240,7 +240,8 @@ class AdaptiveVerifier(DepthPlan):
         drafted, verified beyond the plan to explore; the probes (workers/probes.py), their drafter seconds and
         their forwards' seconds over a plain step's, and that as a share of the observed time; the idle
         plans held without computing and those the bound decided without the search. The probes' share is
-        what they cost where nothing else drafts."""
+        what they cost where nothing else drafts. `position1_level`: position 1 as the depth plan reads it, with
+        the faded count of labels behind it (workers/first_position.py)."""
         probe = self.probe
         probe_s = probe.draft_s + probe.forward_over_s
         return {"verified_per_step": self.verified_positions / steps if steps else 0.0,
@@ -250,7 +251,9 @@ class AdaptiveVerifier(DepthPlan):
                 "probe_share": round(probe_s / self.observed_s, 5) if self.observed_s else 0.0,
                 "idle_plans_held": self.idle_plans_held, "idle_plans_bounded": self.idle_plans_bounded,
                 "plain_probes": self.plain_probes,
-                "outlier_steps": self.costs.outliers.rejected}
+                "outlier_steps": self.costs.outliers.rejected,
+                "position1_level": round(float(self._plan_prior()[0]), 4),  # what the depth plan counts on
+                "position1_labels": round(self.first.labels, 1)}
 
     @property
     def draft_host_s(self) -> float:

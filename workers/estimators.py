@@ -17,7 +17,9 @@ verification outcomes.
   ShareGPT prompts at c=2 at 0.203 on average where 0.342 were accepted, low in every probability bin (ad hoc,
   2026-12-07). A per-position logit offset that the outcomes moved between refits (damped Newton steps on the
   intercept) was tried and taken out: in an A/B there (4 cycles) neither engine came near fixed k=2, with it
-  0.996 of no speculation, without 1.008 (docs/performance.md, "thirteenth session").
+  0.996 of no speculation, without 1.008 (docs/performance.md, "thirteenth session"). Its own labels there
+  were accepted at 0.229 and it predicted 0.217 on them: calibrated on what it saw, the prompt sample differed.
+  The depth plan now reads position 1 from the outcomes (workers/first_position.py).
 - `NgramEstimator` (n-gram drafts, no logits): historical acceptance keyed by (match length, the request's
   last verification, position), smoothed with a Beta prior, over a fading memory of recent outcomes. It has
   no warm-up, so the verifier keeps its labels flowing by verifying one full draft now and then

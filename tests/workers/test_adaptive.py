@@ -622,3 +622,38 @@ def test_a_step_whose_trim_cut_the_planned_drafts_does_not_calibrate_the_depth_p
     assert proposal.num_drafts.tolist() == [0] and av._planned is None
     av.observe_step(0.045, 0.040, 0.0045, 1, 1, True, 1, 1)
     assert 1 not in av.calibration._rows or av.calibration._rows[1].spec.steps == 0
+
+
+def _plan_once(av: AdaptiveVerifier, req) -> int:
+    """One depth plan, no time observed (so no probe comes due)."""
+    plan = ScheduledStep(decodes=[(req, 7)])
+    av.plan_depths(plan)
+    return plan.decodes[0][1]
+
+
+def _verified(av: AdaptiveVerifier, drafts: int, accepted: int) -> None:
+    """`drafts` position-1 drafts verified, `accepted` of them accepted (features None: the estimator learns nothing)."""
+    req = SimpleNamespace(req_id="x")
+    av.learn(SimpleNamespace(features=None), [(0, req, 1, 0)] * drafts, [1] * accepted + [0] * (drafts - accepted))
+
+
+def test_the_plan_drafts_when_position_1_outcomes_beat_low_estimates():
+    """Estimates at 0.05 (one position pays above ~0.11 here): idle. Verified drafts accepted at 0.4: the plan
+    reads position 1 from them and drafts (workers/first_position.py)."""
+    av, req = _verifier(0.05)
+    assert _plan_once(av, req) == 0
+    _verified(av, 40, 16)
+    assert _plan_once(av, _Req(req_id="r2", tokens=[1] * 20)) >= 1
+    av.first.enabled = False  # the estimates' running mean alone: idle again
+    assert _plan_once(av, _Req(req_id="r3", tokens=[1] * 20)) == 0
+
+
+def test_idle_plans_try_again_a_level_close_to_paying_and_never_one_far_off():
+    """Outcomes at 0.08 over 200 drafts (short of ~0.11 by more than their standard error): idle, until idle plans
+    fade the count and the bonus lifts the level over the bar. Outcomes at 0 stay idle however long."""
+    for accepted, drafts_later in ((16, True), (0, False)):
+        av, req = _verifier(0.05)
+        _verified(av, 200, accepted)
+        depths = [_plan_once(av, req) for _ in range(400)]
+        assert depths[0] == 0
+        assert any(depths) is drafts_later
