@@ -21,7 +21,7 @@ def test_the_level_follows_the_outcomes_not_the_estimates():
     mean = (level.accepted + LEVEL_PRIOR * 0.2) / n
     assert abs(level.level(0.2) - (mean + LEVEL_Z * math.sqrt(mean * (1 - mean) / n))) < 1e-12
     assert 0.33 < mean < 0.37 and level.level(0.2) - mean < 0.03
-    assert level.labels < LEVEL_MEMORY  # older labels faded
+    assert abs(level.labels - LEVEL_MEMORY) < 2  # 4,800 labels seen, older ones faded
 
 
 def test_idle_plans_widen_the_bonus_to_a_bound_and_keep_the_mean():
