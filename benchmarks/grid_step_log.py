@@ -43,7 +43,8 @@ def _instrument(av, step: dict) -> None:
         B = len(plan.decodes)
         step.update(depths=[d for _, d in plan.decodes], prefill_tokens=sum(c for _, c in plan.prefills),
                     catch_up=[av.catch_ups.planned.get(r.req_id, 0) for r, _ in plan.decodes],
-                    prior=av._prior.tolist(), level=av._plan_prior()[0].item(), planned_s=av._planned[1] if av._planned is not None else None)
+                    prior=av._prior.tolist(), level=av._plan_prior()[0].item(),
+                    planned_s=av._planned[1] if av._planned is not None else None)
         if B and not plan.prefills:
             step.update(scales=av.calibration.scales(av.cost.nearest_requests(B)),
                         plain_s=av.cost.lookup(B, B) + av.overhead_s)

@@ -2,8 +2,9 @@
 
 A draft model's positions cost drafter time whether or not the trim verifies them after (free n-gram drafts
 keep k), so `plan_depths` caps each request's depth where the running mean of the estimates says deeper
-positions will not be verified (position 1 at the level its outcomes give: workers/first_position.py). A part of `AdaptiveVerifier` (workers/adaptive.py), which owns the state it
-reads: the cost tables, the estimates' running mean, the calibrations, the probes and the catch-ups.
+positions will not be verified (position 1 at the level its outcomes give: workers/first_position.py). A
+part of `AdaptiveVerifier` (workers/adaptive.py), which owns the state it reads: the cost tables, the
+estimates' running mean, position 1's level, the calibrations, the probes and the catch-ups.
 """
 from __future__ import annotations
 

@@ -632,7 +632,8 @@ def _plan_once(av: AdaptiveVerifier, req) -> int:
 
 
 def _verified(av: AdaptiveVerifier, drafts: int, accepted: int) -> None:
-    """`drafts` position-1 drafts verified, `accepted` of them accepted (features None: the estimator learns nothing)."""
+    """`drafts` position-1 drafts verified, `accepted` of them accepted (no features: the estimator learns
+    nothing)."""
     req = SimpleNamespace(req_id="x")
     av.learn(SimpleNamespace(features=None), [(0, req, 1, 0)] * drafts, [1] * accepted + [0] * (drafts - accepted))
 
