@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from adaptive_variant_ab import _variants, calibration_part, per_request_depths, uniform_depth  # noqa: E402
+from adaptive_variant_ab import _variants, _without, calibration_part, per_request_depths, uniform_depth  # noqa: E402
 
 
 def test_each_request_verifies_the_depth_of_its_least_cost_per_token():
@@ -41,6 +41,7 @@ def test_variants_are_parsed_from_a_comma_list():
     assert _variants("cap3mixed,cap3pure") == ["cap3mixed", "cap3pure"]
     assert _variants("placebo,noguard") == ["placebo", "noguard"]  # placebo: the variant slot by itself
     assert _variants("plainprobe16,stale8") == ["plainprobe16", "stale8"]
+    assert _variants("nolevel") == ["nolevel"]
     with pytest.raises(argparse.ArgumentTypeError):
         _variants("cap,x")
     for bad in ("rowsx", "cap3both", "norelax", "plainprobe"):  # norelax: taken out with the relaxation it read
@@ -56,3 +57,13 @@ def test_calibration_parts_set_the_depth_plans_calibration_and_nothing_else():
     assert calibration_part(engine, "plainprobe0") and engine.adaptive.calibration.plain_probe_every == 0
     assert calibration_part(engine, "stale8") and engine.adaptive.calibration.plain_stale_steps == 8
     assert not calibration_part(engine, "placebo") and not calibration_part(engine, "cap2")
+
+
+def test_nolevel_has_the_depth_plan_read_position_1_from_the_estimates():
+    from types import SimpleNamespace
+    from workers.first_position import FirstPositionLevel
+
+    engine = SimpleNamespace(adaptive=SimpleNamespace(first=FirstPositionLevel()))
+    engine.adaptive.first.observe(100, 50)
+    _without(engine, "nolevel")
+    assert engine.adaptive.first.level(0.2) == 0.2
