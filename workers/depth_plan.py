@@ -156,9 +156,7 @@ class DepthPlan:
         first: at c=32 half the plans were such idle ones, ~0.5 ms each after a forward (trained draft,
         ShareGPT, this CPU; ad-hoc timers), which on an H200's ~25 ms step is ~2%. Python floats here, the
         search's float32 tensors there: the same plans up to rounding."""
-        prior = self._prior.tolist()
-        prior[0] = self.first.level(prior[0])
-        curve = list(itertools.accumulate((min(max(p, 0.0), 1.0) for p in prior), operator.mul))
+        curve = list(itertools.accumulate((min(max(p, 0.0), 1.0) for p in self._plan_prior_list()), operator.mul))
         K, rated = len(curve), curve
         gain = self._gain(row, K, mixed=bool(plan.prefills), calibrated=calibrated)
         if gain is not None:
@@ -194,12 +192,15 @@ class DepthPlan:
             self._planned = self._probe_planned(row, len(reqs), survival(self._plan_prior().expand(len(reqs), -1),
                                                                          torch.tensor(depths)))
 
-    def _plan_prior(self) -> torch.Tensor:  # [K]
+    def _plan_prior_list(self) -> list[float]:
         """What the plan counts on per position: the running mean of the estimates, position 1 at its level
         from the outcomes (workers/first_position.py)."""
-        prior = self._prior.clone()
-        prior[0] = self.first.level(float(prior[0]))
+        prior = self._prior.tolist()
+        prior[0] = self.first.level(prior[0])
         return prior
+
+    def _plan_prior(self) -> torch.Tensor:  # [K]
+        return torch.tensor(self._plan_prior_list())
 
     def _probe_planned(self, row: int, B: int, scores: torch.Tensor) -> tuple[int, float, torch.Tensor]:
         """A probe step as the calibration predicts it: the plain step, one draft iteration, its catch-up, one

@@ -31,6 +31,7 @@ LEVEL_FADE_PLANS = 64  # an idle plan fades the count by exp(-1/LEVEL_FADE_PLANS
 LEVEL_MIN_LABELS = 16.0  # the count fades no lower: the bonus's bound
 LEVEL_PRIOR = 4.0  # the estimates' running mean weighs as this many labels
 LEVEL_Z = 1.0
+_FADE = math.exp(-1.0 / LEVEL_FADE_PLANS)
 
 
 @dataclass(slots=True)
@@ -48,7 +49,7 @@ class FirstPositionLevel:
     def fade(self) -> None:
         """A plan drafted nothing: the evidence ages (the mean it gives stays)."""
         if self.labels > LEVEL_MIN_LABELS:
-            keep = max(math.exp(-1.0 / LEVEL_FADE_PLANS), LEVEL_MIN_LABELS / self.labels)
+            keep = max(_FADE, LEVEL_MIN_LABELS / self.labels)
             self.labels, self.accepted = self.labels * keep, self.accepted * keep
 
     def level(self, estimate: float) -> float:
