@@ -1,6 +1,6 @@
 """A step log of one c point of the adaptive grid: the grid's nine engines (benchmarks/adaptive_engine.py, MODES) and
 optional variants of the trained draft's adaptive engine (benchmarks/adaptive_variant_ab.py's `placebo`,
-`plainprobeN`, `staleN`), interleaved step by step as the grid runs them, with every tick of every engine logged and,
+`plainprobeN`, `staleN` and the parts it takes out, e.g. `nolevel`), interleaved step by step as the grid runs them, with every tick of every engine logged and,
 for each trained-draft adaptive engine, what its depth plan chose and priced. Then `--summary` reads, per cycle,
 each such engine's pure decode steps (plain, drafting, drafting with a catch-up of >= 20 rows) against no
 speculation's step of the same round (the same minute of this noisy machine) and the plain-step price.
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from adaptive_engine import MODES  # noqa: E402  (same folder: run as a script)
-from adaptive_variant_ab import calibration_part  # noqa: E402
+from adaptive_variant_ab import PARTS, _without, calibration_part  # noqa: E402
 from workers.bench import _spec, _warmed, point_sample, run_ours, sustained_plan
 from workers.closed_loop import ClosedLoop, run_interleaved
 from workers.config import EngineConfig
@@ -30,7 +30,9 @@ ADAPTIVE = "draft:7:adaptive"
 
 def _engine(mode: str, seed: int) -> LLMEngine:
     engine = LLMEngine(EngineConfig(dtype="auto", kv_cache_memory_gb=0.5, spec=_spec(mode, 7)))
-    calibration_part(engine, mode.partition("#")[2])  # staleN, plainprobeN (placebo: nothing)
+    part = mode.partition("#")[2]
+    if not calibration_part(engine, part):  # staleN, plainprobeN
+        _without(engine, part)  # nolevel, noexplore, ... (placebo: nothing)
     return _warmed(engine, 48, seed)
 
 
@@ -141,7 +143,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=10, help="cycle i serves the prompt sample seed + i (--fresh-prompts)")
     ap.add_argument("--workloads", default="sharegpt,repetitive")
     ap.add_argument("--cycles", type=int, default=2)
-    ap.add_argument("--variants", default="", help="comma-separated: placebo, plainprobeN, staleN")
+    ap.add_argument("--variants", default="", help="comma-separated: placebo, plainprobeN, staleN, nolevel, ...")
     ap.add_argument("--out", default="/tmp/grid_step_log.json")
     ap.add_argument("--summary", metavar="JSON", help="only print the summary table of an earlier log")
     args = ap.parse_args()
@@ -150,7 +152,8 @@ def main() -> None:
         return
     variants = [v for v in args.variants.split(",") if v]
     for v in variants:
-        if v != "placebo" and not re.fullmatch(r"(plainprobe|stale)\d+", v):
+        # the old cost tables' parts build their engines apart (adaptive_variant_ab._build)
+        if (v not in PARTS or v in ("oldrowprice", "oldtable")) and not re.fullmatch(r"(plainprobe|stale)\d+", v):
             raise SystemExit(f"unknown variant {v!r}")
     log = run(args.concurrency, args.seed, args.workloads.split(","), args.cycles, variants)
     Path(args.out).write_text(json.dumps(log))
