@@ -27,3 +27,22 @@ def test_each_kind_of_pure_decode_step_is_read_against_no_speculations_step_of_t
                        "tokens_per_s": {"off": 100.0, "draft:7:adaptive": 97.0}}]}
     row = summary(log).splitlines()[-1]
     assert row.startswith("| adaptive | repetitive | 0 | 0.970 | 1: 1.000 | 2: 0.962 | 1: 0.625 | 1.200 | `.DDDp.` |")
+
+
+def test_variants_are_checked_before_any_engine_is_built(monkeypatch):
+    """The A/B's take-out parts are accepted (`nolevel` is checked by name here, its engines are not built); the
+    old cost tables' parts, which build their engines apart, and unknown names stop at once."""
+    import pytest
+
+    import grid_step_log
+
+    built = []
+    monkeypatch.setattr(grid_step_log, "run", lambda *a: built.append(a[-1]) or {"ticks": {}, "cycles": []})
+    monkeypatch.setattr(grid_step_log.Path, "write_text", lambda self, text: None)
+    for bad in ("oldtable", "oldrowprice", "bogus"):
+        monkeypatch.setattr(sys, "argv", ["grid_step_log.py", "--variants", bad])
+        with pytest.raises(SystemExit, match=f"unknown variant '{bad}'"):
+            grid_step_log.main()
+    monkeypatch.setattr(sys, "argv", ["grid_step_log.py", "--variants", "nolevel,placebo,plainprobe16"])
+    grid_step_log.main()
+    assert built == [["nolevel", "placebo", "plainprobe16"]]
