@@ -1,9 +1,10 @@
 """A step log of one c point of the adaptive grid: the grid's nine engines (benchmarks/adaptive_engine.py, MODES) and
 optional variants of the trained draft's adaptive engine (benchmarks/adaptive_variant_ab.py's `placebo`,
-`plainprobeN`, `staleN` and the parts it takes out, e.g. `nolevel`), interleaved step by step as the grid runs them, with every tick of every engine logged and,
-for each trained-draft adaptive engine, what its depth plan chose and priced. Then `--summary` reads, per cycle,
-each such engine's pure decode steps (plain, drafting, drafting with a catch-up of >= 20 rows) against no
-speculation's step of the same round (the same minute of this noisy machine) and the plain-step price.
+`plainprobeN`, `staleN` and the parts it takes out, e.g. `nolevel`), interleaved step by step as the grid runs them,
+with every tick of every engine logged and, for each trained-draft adaptive engine, what its depth plan chose and
+priced. Then `--summary` reads, per cycle, each such engine's pure decode steps (plain, drafting, drafting with a
+catch-up of >= 20 rows) against no speculation's step of the same round (the same minute of this noisy machine) and
+the plain-step price. It takes a round as pure decode where no speculation emitted 8 tokens: c=8 logs only.
 
     python benchmarks/grid_step_log.py --concurrency 8 --seed 10 --workloads sharegpt,repetitive \
         --variants plainprobe16,placebo --out /tmp/steps.json        # ~25 min on 2 cores

@@ -3,6 +3,8 @@ not in CI)."""
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from grid_step_log import summary  # noqa: E402
 
@@ -32,8 +34,6 @@ def test_each_kind_of_pure_decode_step_is_read_against_no_speculations_step_of_t
 def test_variants_are_checked_before_any_engine_is_built(monkeypatch):
     """The A/B's take-out parts are accepted (`nolevel` is checked by name here, its engines are not built); the
     old cost tables' parts, which build their engines apart, and unknown names stop at once."""
-    import pytest
-
     import grid_step_log
 
     built = []
