@@ -55,6 +55,9 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 - `uniformcap`: verifies what adaptive's trim chose, but at most the depth that every request verifying the same
   count (at most its drafts) would pick for this step's tokens per second (at least 1): the depth a fixed-k
   schedule would choose for this batch, as a cap on the trim's deeper choices.
+- `depth15` (any `depthK`): not a part taken out but a deeper draft: the variant engine drafts up to K tokens
+  (adaptive drafts up to 7). At n-gram repetitive c=1-4 deeper drafts of predictable text pay while rows are
+  cheap; at c=32 they cost prefill budget (docs/performance.md, "Deeper n-gram drafts").
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -263,7 +266,7 @@ def main() -> None:
     ap.add_argument("--variant", required=True, type=_variants,
                     help="one or more of (comma-separated): " + ", ".join(PARTS)
                     + ", capD (D drafts; capDmixed, capDpure), perrequest, uniformcap, rowsxF (F x row price), staleN"
-                    + ", verifylevelF, plainprobeN")
+                    + ", verifylevelF, plainprobeN, depthK (drafts up to K)")
     ap.add_argument("--fixed", default="2,4,7", help="the fixed k run beside them")
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
@@ -281,7 +284,8 @@ def main() -> None:
     args = ap.parse_args()
     modes = []
     for part in args.variant:
-        mode = f"{args.method}:7:adaptive#{part}"
+        depth = re.fullmatch(r"depth(\d+)", part)
+        mode = f"{args.method}:{depth[1] if depth else 7}:adaptive#{part}"
         engine = _build(mode, part)
         if part.startswith("cap") or part in ("perrequest", "uniformcap"):
             _after_trim(engine, part)
@@ -289,7 +293,7 @@ def main() -> None:
             _rows_priced(engine, float(part[5:]))
         elif part.startswith("verifylevel"):
             _verify_level(engine, float(part[11:]))
-        elif not calibration_part(engine, part):  # staleN, plainprobeN
+        elif depth is None and not calibration_part(engine, part):  # staleN, plainprobeN
             _without(engine, part)
         bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, args.seed)  # run_bench takes it for the variant
         modes.append(mode)
@@ -310,7 +314,7 @@ def _variants(text: str) -> list[str]:
     for p in parts:
         if p not in PARTS and p not in ("perrequest", "uniformcap") and not re.fullmatch(r"cap\d+(mixed|pure)?", p) \
                 and not (p.startswith("rowsx") and p[5:].replace(".", "", 1).isdigit()) \
-                and not re.fullmatch(r"(stale|plainprobe)\d+", p) \
+                and not re.fullmatch(r"(stale|plainprobe|depth)\d+", p) \
                 and not (p.startswith("verifylevel") and p[11:].replace(".", "", 1).isdigit()):
             raise argparse.ArgumentTypeError(f"unknown variant {p!r}")
     return parts

@@ -196,9 +196,10 @@ class CostTable:
 
     def ragged_array(self, requests: int, extra: np.ndarray) -> np.ndarray:
         """Extra seconds of a ragged step whose longest request computes 1 + `extra` rows (0 where extra <= 0),
-        read at `_ragged_row`, linear in `extra` between the measured cells, made non-decreasing in `extra` as
-        the uniform curves are in tokens: a noisy cell never makes a longer draft look cheaper to verify (the
-        H200's table had 40 ms at 1 extra row and 22 ms at 7, 32 requests; 2026-12-04)."""
+        read at `_ragged_row`, linear in `extra` between the measured cells and at the last segment's slope
+        beyond them, made non-decreasing in `extra` as the uniform curves are in tokens: a noisy cell never makes
+        a longer draft look cheaper to verify (the H200's table had 40 ms at 1 extra row and 22 ms at 7, 32
+        requests; 2026-12-04)."""
         key = ("ragged", requests, len(self.ragged))
         if key not in self._curves:
             r = self._ragged_row(requests)
@@ -211,7 +212,13 @@ class CostTable:
         curve = self._curves[key]
         if curve is None:
             return np.zeros(np.shape(extra))
-        return np.where(np.asarray(extra) > 0, np.interp(extra, *curve), 0.0)
+        es, ss = curve
+        seconds = np.interp(extra, es, ss)
+        if len(es) > 1:  # beyond the last cell (RAGGED_EXTRA's 7 rows; n-gram drafts of k=15): its segment's
+            # slope, where a flat end priced a request verifying 15 as one verifying 7
+            slope = (ss[-1] - ss[-2]) / (es[-1] - es[-2])
+            seconds = seconds + slope * np.maximum(np.asarray(extra, float) - es[-1], 0.0)
+        return np.where(np.asarray(extra) > 0, seconds, 0.0)
 
     def _curve(self, requests: int) -> tuple[np.ndarray, np.ndarray]:
         """`_cells` as arrays (axis positions, seconds), cached: the policy looks up several times a step."""

@@ -28,6 +28,11 @@ class ScheduledStep:
 
 class Scheduler:
     cap_only_cut = True  # False: cap every request's drafts while prompts wait (the A/B variant alwaysreserve)
+    # While prompts wait, adaptive drafts are reserved only from the budget above this share of it: with deep
+    # n-gram drafts (k=15) a request whose whole draft was verified keeps k, and at c=32 32 x 16 rows took the
+    # whole 512-token budget, so prompts were prefilled in chunks of the 32-token floor and no step was pure decode
+    # (docs/performance.md, "Deeper n-gram drafts"). At k <= 7 and c <= 32 (32 x 8 rows) it never binds.
+    prefill_share = 0.5
 
     def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  chunk_align: int = 1) -> None:
@@ -77,6 +82,8 @@ class Scheduler:
         budget = self.token_budget
         prefilling = self.waiting or any(not r.is_decoding for r in self.running)
         reserve = min(self.chunk_align, budget // 2) if prefilling else 0  # drafts never starve prefill
+        if prefilling and adaptive_drafts:
+            reserve = max(reserve, int(budget * self.prefill_share))
         for req in list(self.running):
             if req.status is not Status.RUNNING or not req.is_decoding:
                 continue

@@ -151,7 +151,9 @@ def test_ragged_steps_refresh_the_ragged_cost_of_their_row_and_leave_the_uniform
 def test_ragged_lookup_interpolates_in_rows_and_is_zero_without_drafts():
     t = CostTable({(4, 4): 0.04, (4, 8): 0.05, (16, 16): 0.1, (64, 64): 0.3},
                   ragged={(4, 1): 0.004, (4, 7): 0.010, (16, 1): 0.02})
-    assert t.ragged_array(4, np.array([0, 1, 4, 7, 9])).round(4).tolist() == [0.0, 0.004, 0.007, 0.010, 0.010]
+    # beyond the last cell (7 rows) the last segment's slope goes on: a draft of 15 is not priced as one of 7
+    assert t.ragged_array(4, np.array([0, 1, 4, 7, 9, 15])).round(4).tolist() == [0.0, 0.004, 0.007, 0.010, 0.012,
+                                                                                  0.018]
     # the uniform lookups' row; where it has no ragged cells (64: cut by the budget), the nearest that has
     assert float(t.ragged_array(6, 1)) == 0.004 and float(t.ragged_array(14, 1)) == 0.02
     assert float(t.ragged_array(50, 1)) == 0.02

@@ -76,3 +76,21 @@ def test_drafts_never_take_the_last_of_the_budget_from_a_waiting_prompt():
     plan = sched.schedule(K, adaptive_drafts=False)
     assert plan.decodes == [(a, 8 - 1 - 1)]  # one token kept for prefill (chunk_align 1)
     assert [c for _, c in plan.prefills] == [1]
+
+
+
+def _deep_drafts_beside_a_prompt(prefill_share: float) -> tuple[list[int], list[int]]:
+    """Four requests whose whole 15-token drafts were verified, a prompt waiting: (drafts, prefill chunks)."""
+    sched = _scheduler(budget=64)
+    sched.prefill_share = prefill_share
+    for i in range(4):
+        _decoding(sched, i, last_verified=15, last_cut=False)
+    sched.waiting.append(_request(4, 60))
+    plan = sched.schedule(15, adaptive_drafts=True)
+    return [d for _, d in plan.decodes], [c for _, c in plan.prefills]
+
+
+def test_while_prompts_wait_adaptive_drafts_are_reserved_only_above_half_the_budget():
+    # deep drafts (k=15) of requests whose whole drafts were verified would take the budget from prefill
+    assert _deep_drafts_beside_a_prompt(0.5) == ([15, 15, 0, 0], [64 - 32 - 2])
+    assert _deep_drafts_beside_a_prompt(0.0) == ([15, 15, 15, 14], [1])  # before: drafts first (chunk_align 1)
