@@ -28,10 +28,11 @@ class ScheduledStep:
 
 class Scheduler:
     cap_only_cut = True  # False: cap every request's drafts while prompts wait (the A/B variant alwaysreserve)
-    # While prompts wait, adaptive drafts are reserved only from the budget above this share of it: with deep
-    # n-gram drafts (k=15) a request whose whole draft was verified keeps k, and at c=32 32 x 16 rows took the
-    # whole 512-token budget, so prompts were prefilled in chunks of the 32-token floor and no step was pure decode
-    # (docs/performance.md, "Deeper n-gram drafts"). At k <= 7 and c <= 32 (32 x 8 rows) it never binds.
+    # While prompts wait, each decoding request's adaptive drafts are capped at its even part of the budget left
+    # beyond this share of it: with deep n-gram drafts (k=15) a request whose whole draft was verified keeps k,
+    # and at c=32 32 x 16 rows took the whole 512-token budget, so prompts were prefilled in chunks of the 32-token
+    # floor and no step was pure decode (docs/performance.md, "Deeper n-gram drafts"). At k <= 7 and c <= 32 (8
+    # rows a request) it never binds.
     prefill_share = 0.5
 
     def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
@@ -77,18 +78,21 @@ class Scheduler:
         trim cut only for the drafts it is likely to verify (one more than it verified last step), not for all
         k: the adaptive policy trims the rest, and budget reserved for trimmed drafts would be lost to prefill
         for this step. A request whose whole draft was verified keeps k (`cap_only_cut`): its short last draft
-        was the proposer's, and capping it only shortened its next one."""
+        was the proposer's, and capping it only shortened its next one. Nor does any request draft beyond its
+        even part of the budget that `prefill_share` leaves to drafts."""
         step = ScheduledStep()
         budget = self.token_budget
         prefilling = self.waiting or any(not r.is_decoding for r in self.running)
         reserve = min(self.chunk_align, budget // 2) if prefilling else 0  # drafts never starve prefill
-        if prefilling and adaptive_drafts:
-            reserve = max(reserve, int(budget * self.prefill_share))
+        most = k
+        if prefilling and adaptive_drafts:  # `prefill_share`
+            decoding = sum(1 for r in self.running if r.status is Status.RUNNING and r.is_decoding)
+            most = min(k, int(budget * (1 - self.prefill_share)) // max(decoding, 1) - 1)
         for req in list(self.running):
             if req.status is not Status.RUNNING or not req.is_decoding:
                 continue
-            want = (min(k, req.last_verified + 1) if adaptive_drafts and prefilling
-                    and (req.last_cut or not self.cap_only_cut) else k)
+            want = (min(most, req.last_verified + 1) if adaptive_drafts and prefilling
+                    and (req.last_cut or not self.cap_only_cut) else most)
             drafts = max(0, min(want, req.max_tokens - req.num_output - 1,
                                 self.max_model_len - len(req.tokens) - 1, budget - reserve - 1))
             while True:

@@ -90,7 +90,7 @@ def _deep_drafts_beside_a_prompt(prefill_share: float) -> tuple[list[int], list[
     return [d for _, d in plan.decodes], [c for _, c in plan.prefills]
 
 
-def test_while_prompts_wait_adaptive_drafts_are_reserved_only_above_half_the_budget():
+def test_while_prompts_wait_adaptive_drafts_share_half_the_budget_evenly():
     # deep drafts (k=15) of requests whose whole drafts were verified would take the budget from prefill
-    assert _deep_drafts_beside_a_prompt(0.5) == ([15, 15, 0, 0], [64 - 32 - 2])
+    assert _deep_drafts_beside_a_prompt(0.5) == ([7, 7, 7, 7], [64 - 32])  # (7 + 1) x 4 = 32
     assert _deep_drafts_beside_a_prompt(0.0) == ([15, 15, 15, 14], [1])  # before: drafts first (chunk_align 1)
