@@ -56,8 +56,8 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   count (at most its drafts) would pick for this step's tokens per second (at least 1): the depth a fixed-k
   schedule would choose for this batch, as a cap on the trim's deeper choices.
 - `depth15` (any `depthK`): not a part taken out but a deeper draft: the variant engine drafts up to K tokens
-  (adaptive drafts up to 7). At n-gram repetitive c=1-4 deeper drafts of predictable text pay while rows are
-  cheap; at c=32 they cost prefill budget (docs/performance.md, "Deeper n-gram drafts").
+  (adaptive drafts up to 7). With n-gram drafts, k=15 read +1-2% at c=2-4 and -4% at repetitive c=32 (median of
+  3 cycles; docs/performance.md, "sixteenth session").
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5

@@ -31,7 +31,7 @@ class Scheduler:
     # While prompts wait, each decoding request's adaptive drafts are capped at its even part of the budget left
     # beyond this share of it: with deep n-gram drafts (k=15) a request whose whole draft was verified keeps k,
     # and at c=32 32 x 16 rows took the whole 512-token budget, so prompts were prefilled in chunks of the 32-token
-    # floor and no step was pure decode (docs/performance.md, "Deeper n-gram drafts"). At k <= 7 and c <= 32 (8
+    # floor and no step was pure decode (docs/performance.md, "sixteenth session"). At k <= 7 and c <= 32 (8
     # rows a request) it never binds.
     prefill_share = 0.5
 
