@@ -30,9 +30,9 @@ class Scheduler:
     cap_only_cut = True  # False: cap every request's drafts while prompts wait (the A/B variant alwaysreserve)
     # While prompts wait, each decoding request's adaptive drafts are capped at its even part of the budget left
     # beyond this share of it: with deep n-gram drafts (k=15) a request whose whole draft was verified keeps k,
-    # and at c=32 32 x 16 rows took the whole 512-token budget, so prompts were prefilled in chunks of the 32-token
-    # floor and no step was pure decode (docs/performance.md, "sixteenth session"). At k <= 7 and c <= 32 (8
-    # rows a request) it never binds.
+    # and at c=32 drafts took 384 of the 512-token budget, down to the 128-token floor left to prompts
+    # (`chunk_align`), and no step was pure decode (docs/performance.md, "sixteenth session"). At k <= 7 and
+    # c <= 32 (8 rows a request) it never binds.
     prefill_share = 0.5
 
     def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,

@@ -78,7 +78,6 @@ def test_drafts_never_take_the_last_of_the_budget_from_a_waiting_prompt():
     assert [c for _, c in plan.prefills] == [1]
 
 
-
 def _deep_drafts_beside_a_prompt(prefill_share: float) -> tuple[list[int], list[int]]:
     """Four requests whose whole 15-token drafts were verified, a prompt waiting: (drafts, prefill chunks)."""
     sched = _scheduler(budget=64)
