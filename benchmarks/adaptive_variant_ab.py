@@ -57,7 +57,8 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   schedule would choose for this batch, as a cap on the trim's deeper choices.
 - `depth15` (any `depthK`): not a part taken out but a deeper draft: the variant engine drafts up to K tokens
   (adaptive drafts up to 7). With n-gram drafts, k=15 read +1-2% at c=2-4 and -4% at repetitive c=32 (median of
-  3 cycles; docs/performance.md, "sixteenth session").
+  3 cycles; docs/performance.md, "sixteenth session"). `depth15mixed7` (any `depthKmixedD`): up to K, but at most
+  D while prompts wait (`Scheduler.prefill_depth`): deep drafts in pure decode steps only.
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -284,9 +285,11 @@ def main() -> None:
     args = ap.parse_args()
     modes = []
     for part in args.variant:
-        depth = re.fullmatch(r"depth(\d+)", part)
+        depth = re.fullmatch(r"depth(\d+)(?:mixed(\d+))?", part)
         mode = f"{args.method}:{depth[1] if depth else 7}:adaptive#{part}"
         engine = _build(mode, part)
+        if depth and depth[2]:
+            engine.scheduler.prefill_depth = int(depth[2])
         if part.startswith("cap") or part in ("perrequest", "uniformcap"):
             _after_trim(engine, part)
         elif part.startswith("rowsx"):
@@ -314,7 +317,7 @@ def _variants(text: str) -> list[str]:
     for p in parts:
         if p not in PARTS and p not in ("perrequest", "uniformcap") and not re.fullmatch(r"cap\d+(mixed|pure)?", p) \
                 and not (p.startswith("rowsx") and p[5:].replace(".", "", 1).isdigit()) \
-                and not re.fullmatch(r"(stale|plainprobe|depth)\d+", p) \
+                and not re.fullmatch(r"(stale|plainprobe|depth)\d+", p) and not re.fullmatch(r"depth\d+mixed\d+", p) \
                 and not (p.startswith("verifylevel") and p[11:].replace(".", "", 1).isdigit()):
             raise argparse.ArgumentTypeError(f"unknown variant {p!r}")
     return parts

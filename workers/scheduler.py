@@ -34,6 +34,9 @@ class Scheduler:
     # (`chunk_align`), and no step was pure decode (docs/performance.md, "sixteenth session"). At k <= 7 and
     # c <= 32 (8 rows a request) it never binds.
     prefill_share = 0.5
+    # While prompts wait, no adaptive draft goes beyond this depth (None: k). Deep n-gram drafts pay in pure
+    # decode steps at low load; in steps that also prefill their rows displace prompt tokens.
+    prefill_depth: int | None = None
 
     def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  chunk_align: int = 1) -> None:
@@ -88,6 +91,8 @@ class Scheduler:
         if prefilling and adaptive_drafts:  # `prefill_share`
             decoding = sum(1 for r in self.running if r.status is Status.RUNNING and r.is_decoding)
             most = min(k, int(budget * (1 - self.prefill_share)) // max(decoding, 1) - 1)
+            if self.prefill_depth is not None:
+                most = min(most, self.prefill_depth)
         for req in list(self.running):
             if req.status is not Status.RUNNING or not req.is_decoding:
                 continue

@@ -78,10 +78,10 @@ def test_drafts_never_take_the_last_of_the_budget_from_a_waiting_prompt():
     assert [c for _, c in plan.prefills] == [1]
 
 
-def _deep_drafts_beside_a_prompt(prefill_share: float) -> tuple[list[int], list[int]]:
+def _deep_drafts_beside_a_prompt(prefill_share: float, prefill_depth: int | None = None) -> tuple[list[int], list[int]]:
     """Four requests whose whole 15-token drafts were verified, a prompt waiting: (drafts, prefill chunks)."""
     sched = _scheduler(budget=64)
-    sched.prefill_share = prefill_share
+    sched.prefill_share, sched.prefill_depth = prefill_share, prefill_depth
     for i in range(4):
         _decoding(sched, i, last_verified=15, last_cut=False)
     sched.waiting.append(_request(4, 60))
@@ -93,3 +93,8 @@ def test_while_prompts_wait_adaptive_drafts_share_half_the_budget_evenly():
     # deep drafts (k=15) of requests whose whole drafts were verified would take the budget from prefill
     assert _deep_drafts_beside_a_prompt(0.5) == ([7, 7, 7, 7], [64 - 32])  # (7 + 1) x 4 = 32
     assert _deep_drafts_beside_a_prompt(0.0) == ([15, 15, 15, 14], [1])  # before: drafts first (chunk_align 1)
+
+
+def test_while_prompts_wait_adaptive_drafts_stop_at_the_prefill_depth():
+    assert _deep_drafts_beside_a_prompt(0.5, prefill_depth=3) == ([3, 3, 3, 3], [64 - 16])
+    assert _deep_drafts_beside_a_prompt(0.0, prefill_depth=7) == ([7, 7, 7, 7], [64 - 32])
