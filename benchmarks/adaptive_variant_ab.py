@@ -58,7 +58,8 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 - `depth15` (any `depthK`): not a part taken out but a deeper draft: the variant engine drafts up to K tokens
   (adaptive drafts up to 7). With n-gram drafts, k=15 read +1-2% at c=2-4 and -4% at repetitive c=32 (median of
   3 cycles; docs/performance.md, "sixteenth session"). `depth15mixed7` (any `depthKmixedD`): up to K, but at most
-  D while prompts wait (`Scheduler.prefill_depth`): deep drafts in pure decode steps only.
+  D while prompts wait (`Scheduler.prefill_depth`): deep drafts in pure decode steps only. `mixed0` (any
+  `mixedD`, k=7): no draft beyond D while prompts wait; 0: the trained draft drafts in pure decode steps only.
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -267,7 +268,7 @@ def main() -> None:
     ap.add_argument("--variant", required=True, type=_variants,
                     help="one or more of (comma-separated): " + ", ".join(PARTS)
                     + ", capD (D drafts; capDmixed, capDpure), perrequest, uniformcap, rowsxF (F x row price), staleN"
-                    + ", verifylevelF, plainprobeN, depthK (drafts up to K)")
+                    + ", verifylevelF, plainprobeN, depthK (drafts up to K), mixedD (at most D while prompts wait)")
     ap.add_argument("--fixed", default="2,4,7", help="the fixed k run beside them")
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
@@ -285,8 +286,8 @@ def main() -> None:
     args = ap.parse_args()
     modes = []
     for part in args.variant:
-        depth = re.fullmatch(r"depth(\d+)(?:mixed(\d+))?", part)
-        mode = f"{args.method}:{depth[1] if depth else 7}:adaptive#{part}"
+        depth = re.fullmatch(DEPTH, part)
+        mode = f"{args.method}:{depth[1] or 7 if depth else 7}:adaptive#{part}"
         engine = _build(mode, part)
         if depth and depth[2]:
             engine.scheduler.prefill_depth = int(depth[2])
@@ -308,6 +309,7 @@ def main() -> None:
               min_requests=args.min_requests)
 
 
+DEPTH = r"(?=.)(?:depth(\d+))?(?:mixed(\d+))?"  # depthK, mixedD, depthKmixedD
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
          "oldrowprice", "oldtable", "noguard", "placebo", "nolevel")
 
@@ -317,7 +319,7 @@ def _variants(text: str) -> list[str]:
     for p in parts:
         if p not in PARTS and p not in ("perrequest", "uniformcap") and not re.fullmatch(r"cap\d+(mixed|pure)?", p) \
                 and not (p.startswith("rowsx") and p[5:].replace(".", "", 1).isdigit()) \
-                and not re.fullmatch(r"(stale|plainprobe|depth)\d+", p) and not re.fullmatch(r"depth\d+mixed\d+", p) \
+                and not re.fullmatch(r"(stale|plainprobe)\d+", p) and not re.fullmatch(DEPTH, p) \
                 and not (p.startswith("verifylevel") and p[11:].replace(".", "", 1).isdigit()):
             raise argparse.ArgumentTypeError(f"unknown variant {p!r}")
     return parts

@@ -43,7 +43,9 @@ def test_variants_are_parsed_from_a_comma_list():
     assert _variants("plainprobe16,stale8") == ["plainprobe16", "stale8"]
     assert _variants("nolevel") == ["nolevel"]
     assert _variants("depth15,placebo") == ["depth15", "placebo"]  # a deeper draft beside the slot by itself
-    assert _variants("depth15mixed7") == ["depth15mixed7"]  # deep in pure decode steps only
+    assert _variants("depth15mixed7,mixed0") == ["depth15mixed7", "mixed0"]  # deep / any drafts: pure decode only
+    with pytest.raises(argparse.ArgumentTypeError):
+        _variants("depthmixed")
     with pytest.raises(argparse.ArgumentTypeError):
         _variants("cap,x")
     for bad in ("rowsx", "cap3both", "norelax", "plainprobe"):  # norelax: taken out with the relaxation it read
