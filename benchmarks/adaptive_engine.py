@@ -1,5 +1,6 @@
 """Adaptive verification on the real engine: SmolLM2-135M with the trained draft and with n-gram, ShareGPT and
-repetitive prompts, concurrency 1..32: no speculation, fixed k in {2, 4, 7}, adaptive (k <= 7). One run,
+repetitive prompts, concurrency 1..32: no speculation, fixed k in {2, 4, 7}, adaptive (the trained draft k <= 7;
+n-gram k <= 15 since 2026-12-07's seventeenth session, k <= 7 before; `ADAPTIVE_K`). One run,
 configurations interleaved per concurrency, `--repeat` times (medians). Writes JSON and (the whole grid or a
 merge, not a part) two PNGs.
 Sustained rates (every slot refilled, no drain; see workers/bench.py) unless `--drained`, over max(`--per-slot` x
@@ -41,7 +42,10 @@ from workers.bench import run_bench  # noqa: E402
 
 METHODS = ("draft", "ngram")
 FIXED = (2, 4, 7)
-MODES = ["off"] + [f"{m}:{k}" for m in METHODS for k in FIXED] + [f"{m}:7:adaptive" for m in METHODS]
+# adaptive's deepest draft: n-gram drafts cost nothing and adaptive verifies them deeper than 7 only in pure decode
+# steps at 1-3 requests (SpecConfig.k_under_load, deep_draft_rows; since the seventeenth session, 2026-12-07)
+ADAPTIVE_K = {"draft": 7, "ngram": 15}
+MODES = ["off"] + [f"{m}:{k}" for m in METHODS for k in FIXED] + [f"{m}:{ADAPTIVE_K[m]}:adaptive" for m in METHODS]
 
 
 def rate(row: dict) -> float:
@@ -113,7 +117,7 @@ def plot(rows: list[dict], throughput_png: Path, acceptance_png: Path, dtype: st
             series = defaultdict(list)
             for r in rows:
                 if r["workload"] == w and r["mode"].split("-")[0] == m:
-                    label = "adaptive (k<=7)" if r["mode"].endswith("adaptive") else f"fixed k={r['k']}"
+                    label = f"adaptive (k<={r['k']})" if r["mode"].endswith("adaptive") else f"fixed k={r['k']}"
                     series[label].append((r["concurrency"], rate(r) / off[r["concurrency"]]))
             for label, pts in sorted(series.items()):
                 pts.sort()

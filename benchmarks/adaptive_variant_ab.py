@@ -60,6 +60,9 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   3 cycles; docs/performance.md, "sixteenth session"). `depth15mixed7` (any `depthKmixedD`): up to K, but at most
   D while prompts wait (`Scheduler.prefill_depth`): deep drafts in pure decode steps only. `mixed0` (any
   `mixedD`, k=7): no draft beyond D while prompts wait; 0: the trained draft drafts in pure decode steps only.
+  `depth15mixed7rows32` (any `depthKmixedDrowsR`): beyond D also only while every decoding request's rows fit R
+  (`Scheduler.deep_rows`): the engine's rule for k > SpecConfig.k_under_load since the seventeenth session. Each
+  of these variants sets both bounds (absent: none), whatever the engine's defaults.
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -289,8 +292,9 @@ def main() -> None:
         depth = re.fullmatch(DEPTH, part)
         mode = f"{args.method}:{depth[1] or 7 if depth else 7}:adaptive#{part}"
         engine = _build(mode, part)
-        if depth and depth[2]:
-            engine.scheduler.prefill_depth = int(depth[2])
+        if depth:  # the engine's defaults (SpecConfig.k_under_load, deep_draft_rows) replaced by the variant's
+            engine.scheduler.prefill_depth = int(depth[2]) if depth[2] else None
+            engine.scheduler.deep_rows = int(depth[3]) if depth[3] else None
         if part.startswith("cap") or part in ("perrequest", "uniformcap"):
             _after_trim(engine, part)
         elif part.startswith("rowsx"):
@@ -309,7 +313,7 @@ def main() -> None:
               min_requests=args.min_requests)
 
 
-DEPTH = r"(?=.)(?:depth(\d+))?(?:mixed(\d+))?"  # depthK, mixedD, depthKmixedD
+DEPTH = r"(?=.)(?:depth(\d+))?(?:mixed(\d+))?(?:rows(\d+))?"  # depthK, mixedD, depthKmixedD, depthKmixedDrowsR
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
          "oldrowprice", "oldtable", "noguard", "placebo", "nolevel")
 

@@ -77,6 +77,14 @@ class SpecConfig(BaseModel):
                                "decided by each engine; adaptive-global: the same, with draft capacity of "
                                "drafters shared by several replicas allocated by the cluster's budget actor "
                                "(an engine outside a cluster plans locally).")
+    k_under_load: int = Field(7, ge=0, le=32, description="Adaptive: with k above this, a request drafts more "
+                              "than this only in pure decode steps whose decoding requests fit deep_draft_rows "
+                              "rows at that depth (k+1 rows each); in steps that also prefill, and at higher "
+                              "load, at most this. n-gram k=15 measured +2.8% over k=7 at 2 requests and 1-2% "
+                              "under it at 8-32 (docs/performance.md).")
+    deep_draft_rows: int = Field(32, ge=1, description="Adaptive: the rows that all decoding requests' drafts "
+                                 "deeper than k_under_load must fit in (32: one row block of the CPU's "
+                                 "batch-invariant path: depth 15 at 1-2 requests, 9 at 3).")
     cost_table_budget_s: float = Field(60.0, gt=0, description="Time bound of the warm-up cost measurement.")
     calibrate_plan: PlanCalibrationMode = Field(
         "time", description="Adaptive, draft model: scale the draft-depth plan by how its "

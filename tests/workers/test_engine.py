@@ -180,6 +180,28 @@ def test_adaptive_verification_is_lossless_and_trims(tiny_target, tiny_draft, tm
     assert list((tmp_path / "cost_tables").glob("*.json"))  # persisted: a restart reuses it
 
 
+def test_deep_adaptive_drafts_stay_in_pure_decode_steps_that_fit_the_rows_and_lose_nothing(tiny_target, tmp_path,
+                                                                                           monkeypatch):
+    """k above SpecConfig.k_under_load: deeper drafts only in pure decode steps whose decoding requests fit
+    deep_draft_rows rows at that depth; greedy output as without speculation."""
+    monkeypatch.setenv("SPECFLEET_CACHE", str(tmp_path))
+    base = [r.output_ids for r in _engine(tiny_target).generate(PROMPTS, _greedy())]
+    eng = _engine(tiny_target, SpecConfig(method="ngram", k=15, ngram_min=1, verify="adaptive", cost_table_budget_s=5,
+                                          k_under_load=5, deep_draft_rows=40))
+    assert (eng.scheduler.prefill_depth, eng.scheduler.deep_rows) == (5, 40)
+    schedule, seen = eng.scheduler.schedule, []
+
+    def recorded(k, adaptive_drafts=False):
+        plan = schedule(k, adaptive_drafts)
+        seen.extend((d, len(plan.decodes), bool(plan.prefills)) for _, d in plan.decodes)
+        return plan
+
+    eng.scheduler.schedule = recorded
+    assert [r.output_ids for r in eng.generate(PROMPTS, _greedy())] == base
+    assert all(d <= (5 if mixed else max(5, min(15, 40 // n - 1))) for d, n, mixed in seen)
+    assert any(d > 5 for d, _, _ in seen)  # deep where the rows fit
+
+
 def test_the_engine_marks_each_request_whose_draft_the_trim_cut(tiny_target, tmp_path, monkeypatch):
     """`Request.last_cut`, which the scheduler's draft reservation reads: set in every decode step, True only
     where the trim verified fewer drafts than were drafted."""

@@ -98,3 +98,21 @@ def test_while_prompts_wait_adaptive_drafts_share_half_the_budget_evenly():
 def test_while_prompts_wait_adaptive_drafts_stop_at_the_prefill_depth():
     assert _deep_drafts_beside_a_prompt(0.5, prefill_depth=3) == ([3, 3, 3, 3], [64 - 16])
     assert _deep_drafts_beside_a_prompt(0.0, prefill_depth=7) == ([7, 7, 7, 7], [64 - 32])
+
+
+def _pure_decode_drafts(requests: int, deep_rows: int | None, adaptive: bool = True) -> list[int]:
+    """Drafts of k=15 for `requests` decoding requests, nothing waiting, beyond depth 7 only while rows fit."""
+    sched = _scheduler(budget=512)
+    sched.prefill_depth, sched.deep_rows = 7, deep_rows
+    for i in range(requests):
+        _decoding(sched, i, last_verified=15, last_cut=False)
+    return [d for _, d in sched.schedule(15, adaptive_drafts=adaptive).decodes]
+
+
+def test_deep_drafts_only_while_the_decoding_rows_fit():
+    assert _pure_decode_drafts(1, 32) == [15]
+    assert _pure_decode_drafts(2, 32) == [15, 15]  # 2 x 16 rows = 32
+    assert _pure_decode_drafts(3, 32) == [9, 9, 9]  # 3 x 10 rows <= 32
+    assert _pure_decode_drafts(8, 32) == [7] * 8  # never under the prefill depth
+    assert _pure_decode_drafts(8, None) == [15] * 8  # unbounded: deep in every pure decode step
+    assert _pure_decode_drafts(8, 32, adaptive=False) == [15] * 8  # fixed k verifies all k: no bound applies
