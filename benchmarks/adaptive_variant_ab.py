@@ -58,7 +58,7 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 - `depth15` (any `depthK`): not a part taken out but a deeper draft: the variant engine drafts up to K tokens
   (adaptive drafts up to 7). With n-gram drafts, k=15 read +1-2% at c=2-4 and -4% at repetitive c=32 (median of
   3 cycles; docs/performance.md, "sixteenth session"). `depth15mixed7` (any `depthKmixedD`): up to K, but at most
-  D while prompts wait (`Scheduler.prefill_depth`): deep drafts in pure decode steps only. `mixed0` (any
+  D while prompts wait (`Scheduler.k_under_load`): deep drafts in pure decode steps only. `mixed0` (any
   `mixedD`, k=7): no draft beyond D while prompts wait; 0: the trained draft drafts in pure decode steps only.
   `depth15mixed7rows32` (any `depthKmixedDrowsR`): beyond D also only while every decoding request's rows fit R
   (`Scheduler.deep_rows`): the engine's rule for k > SpecConfig.k_under_load since the seventeenth session. Each
@@ -293,7 +293,7 @@ def main() -> None:
         mode = f"{args.method}:{depth[1] or 7 if depth else 7}:adaptive#{part}"
         engine = _build(mode, part)
         if depth:  # the engine's defaults (SpecConfig.k_under_load, deep_draft_rows) replaced by the variant's
-            engine.scheduler.prefill_depth = int(depth[2]) if depth[2] else None
+            engine.scheduler.k_under_load = int(depth[2]) if depth[2] else None
             engine.scheduler.deep_rows = int(depth[3]) if depth[3] else None
         if part.startswith("cap") or part in ("perrequest", "uniformcap"):
             _after_trim(engine, part)

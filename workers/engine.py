@@ -86,7 +86,7 @@ class LLMEngine:
         self.adaptive = AdaptiveVerifier.build(self) if self.proposer is not None and \
             config.spec.verify != "fixed" else None
         if self.adaptive is not None:  # drafts deeper than k_under_load: pure decode steps at low load only
-            self.scheduler.prefill_depth = config.spec.k_under_load
+            self.scheduler.k_under_load = config.spec.k_under_load
             self.scheduler.deep_rows = config.spec.deep_draft_rows
         eos = hf_config.eos_token_id
         self.eos_ids = frozenset(eos if isinstance(eos, list) else [eos] if eos is not None else [])

@@ -34,11 +34,11 @@ class Scheduler:
     # (`chunk_align`), and no step was pure decode (docs/performance.md, "sixteenth session"). At k <= 7 and
     # c <= 32 (8 rows a request) it never binds.
     prefill_share = 0.5
-    # Adaptive drafts deeper than `prefill_depth` (None: k) only in pure decode steps, and there only up to the
+    # Adaptive drafts deeper than `k_under_load` (None: k) only in pure decode steps, and there only up to the
     # depth at which every decoding request's rows fit in `deep_rows` (None: no bound). n-gram drafts of k=15
     # read +2.8% over k=7 at c=2 and 1-2% under it at c=8-32, in pure decode steps too (docs/performance.md,
     # "seventeenth session"); set from SpecConfig.k_under_load and deep_draft_rows by the engine.
-    prefill_depth: int | None = None
+    k_under_load: int | None = None
     deep_rows: int | None = None
 
     def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
@@ -85,7 +85,7 @@ class Scheduler:
         k: the adaptive policy trims the rest, and budget reserved for trimmed drafts would be lost to prefill
         for this step. A request whose whole draft was verified keeps k (`cap_only_cut`): its short last draft
         was the proposer's, and capping it only shortened its next one. Nor does any request draft beyond its
-        even part of the budget that `prefill_share` leaves to drafts, nor deeper than `prefill_depth` but in
+        even part of the budget that `prefill_share` leaves to drafts, nor deeper than `k_under_load` but in
         pure decode steps whose rows fit `deep_rows`."""
         step = ScheduledStep()
         budget = self.token_budget
@@ -94,9 +94,9 @@ class Scheduler:
         most = k
         if adaptive_drafts:
             decoding = max(1, sum(1 for r in self.running if r.status is Status.RUNNING and r.is_decoding))
-            if self.prefill_depth is not None and k > self.prefill_depth:  # deep drafts
+            if self.k_under_load is not None and k > self.k_under_load:  # deep drafts
                 roomy = k if self.deep_rows is None else self.deep_rows // decoding - 1
-                most = self.prefill_depth if prefilling else max(self.prefill_depth, min(k, roomy))
+                most = self.k_under_load if prefilling else max(self.k_under_load, min(k, roomy))
             if prefilling:  # `prefill_share`
                 most = min(most, int(budget * (1 - self.prefill_share)) // decoding - 1)
         for req in list(self.running):

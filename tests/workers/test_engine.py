@@ -188,7 +188,7 @@ def test_deep_adaptive_drafts_stay_in_pure_decode_steps_that_fit_the_rows_and_lo
     base = [r.output_ids for r in _engine(tiny_target).generate(PROMPTS, _greedy())]
     eng = _engine(tiny_target, SpecConfig(method="ngram", k=15, ngram_min=1, verify="adaptive", cost_table_budget_s=5,
                                           k_under_load=5, deep_draft_rows=40))
-    assert (eng.scheduler.prefill_depth, eng.scheduler.deep_rows) == (5, 40)
+    assert (eng.scheduler.k_under_load, eng.scheduler.deep_rows) == (5, 40)
     schedule, seen = eng.scheduler.schedule, []
 
     def recorded(k, adaptive_drafts=False):

@@ -78,10 +78,10 @@ def test_drafts_never_take_the_last_of_the_budget_from_a_waiting_prompt():
     assert [c for _, c in plan.prefills] == [1]
 
 
-def _deep_drafts_beside_a_prompt(prefill_share: float, prefill_depth: int | None = None) -> tuple[list[int], list[int]]:
+def _deep_drafts_beside_a_prompt(prefill_share: float, k_under_load: int | None = None) -> tuple[list[int], list[int]]:
     """Four requests whose whole 15-token drafts were verified, a prompt waiting: (drafts, prefill chunks)."""
     sched = _scheduler(budget=64)
-    sched.prefill_share, sched.prefill_depth = prefill_share, prefill_depth
+    sched.prefill_share, sched.k_under_load = prefill_share, k_under_load
     for i in range(4):
         _decoding(sched, i, last_verified=15, last_cut=False)
     sched.waiting.append(_request(4, 60))
@@ -95,15 +95,15 @@ def test_while_prompts_wait_adaptive_drafts_share_half_the_budget_evenly():
     assert _deep_drafts_beside_a_prompt(0.0) == ([15, 15, 15, 14], [1])  # before: drafts first (chunk_align 1)
 
 
-def test_while_prompts_wait_adaptive_drafts_stop_at_the_prefill_depth():
-    assert _deep_drafts_beside_a_prompt(0.5, prefill_depth=3) == ([3, 3, 3, 3], [64 - 16])
-    assert _deep_drafts_beside_a_prompt(0.0, prefill_depth=7) == ([7, 7, 7, 7], [64 - 32])
+def test_while_prompts_wait_adaptive_drafts_stop_at_the_k_under_load():
+    assert _deep_drafts_beside_a_prompt(0.5, k_under_load=3) == ([3, 3, 3, 3], [64 - 16])
+    assert _deep_drafts_beside_a_prompt(0.0, k_under_load=7) == ([7, 7, 7, 7], [64 - 32])
 
 
 def _pure_decode_drafts(requests: int, deep_rows: int | None, adaptive: bool = True) -> list[int]:
     """Drafts of k=15 for `requests` decoding requests, nothing waiting, beyond depth 7 only while rows fit."""
     sched = _scheduler(budget=512)
-    sched.prefill_depth, sched.deep_rows = 7, deep_rows
+    sched.k_under_load, sched.deep_rows = 7, deep_rows
     for i in range(requests):
         _decoding(sched, i, last_verified=15, last_cut=False)
     return [d for _, d in sched.schedule(15, adaptive_drafts=adaptive).decodes]
