@@ -92,9 +92,10 @@ class Scheduler:
         prefilling = self.waiting or any(not r.is_decoding for r in self.running)
         reserve = min(self.chunk_align, budget // 2) if prefilling else 0  # drafts never starve prefill
         most = k
-        if adaptive_drafts:
+        deep = self.k_under_load is not None and k > self.k_under_load
+        if adaptive_drafts and (deep or prefilling):  # otherwise nothing below reads `decoding` (every step)
             decoding = max(1, sum(1 for r in self.running if r.status is Status.RUNNING and r.is_decoding))
-            if self.k_under_load is not None and k > self.k_under_load:  # deep drafts
+            if deep:
                 roomy = k if self.deep_rows is None else self.deep_rows // decoding - 1
                 most = self.k_under_load if prefilling else max(self.k_under_load, min(k, roomy))
             if prefilling:  # `prefill_share`

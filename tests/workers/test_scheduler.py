@@ -113,6 +113,6 @@ def test_deep_drafts_only_while_the_decoding_rows_fit():
     assert _pure_decode_drafts(1, 32) == [15]
     assert _pure_decode_drafts(2, 32) == [15, 15]  # 2 x 16 rows = 32
     assert _pure_decode_drafts(3, 32) == [9, 9, 9]  # 3 x 10 rows <= 32
-    assert _pure_decode_drafts(8, 32) == [7] * 8  # never under the prefill depth
+    assert _pure_decode_drafts(8, 32) == [7] * 8  # never under k_under_load
     assert _pure_decode_drafts(8, None) == [15] * 8  # unbounded: deep in every pure decode step
     assert _pure_decode_drafts(8, 32, adaptive=False) == [15] * 8  # fixed k verifies all k: no bound applies
