@@ -85,7 +85,7 @@ class AdaptiveVerifier(DepthPlan):
         self._idle_key: tuple | None = None  # the batch whose last depth plan drafted nothing
         self._idle_plans = 0  # plans since that one was computed
         # the last depth plan of a pure decode step, if it drafted: (its key, caps [B], `_planned`, the running
-        # mean it read, plans it was reused for); see PLAN_HOLD_DRIFT (workers/depth_plan.py)
+        # mean it read, plans it was reused for), caps and mean as lists; see PLAN_HOLD_DRIFT (workers/depth_plan.py)
         self._held: tuple | None = None
         self._search_s = 0.0  # the trim's search time (TRIM_SEARCH_RATE)
         self.exploration = Exploration()  # now and then the trim verifies more (workers/exploration.py)
@@ -125,7 +125,7 @@ class AdaptiveVerifier(DepthPlan):
         if getattr(self.estimator, "uses_history", False):  # learn() reads the same features
             proposal.features = self._with_history(proposal.features, plan)
         probs = self.estimator.predict(proposal.features)  # [B, K]
-        self._remember(plan, probs, n, depths)
+        self._remember(plan, probs, depths)
         scores = survival(probs, n)
         prefill_tokens = sum(c for _, c in plan.prefills)
         base_tokens = len(plan.decodes) + prefill_tokens
@@ -177,21 +177,24 @@ class AdaptiveVerifier(DepthPlan):
             rows_s += float(self.cost.ragged_array(B if prefill_tokens else requests, np.array([max(depths)]))[0])
         return rows_s
 
-    def _remember(self, plan: "ScheduledStep", probs: torch.Tensor, n: torch.Tensor, depths: list[int]) -> None:
+    def _remember(self, plan: "ScheduledStep", probs: torch.Tensor, depths: list[int]) -> None:
         """Move the running mean the next depth plan reads by this step's estimates (drafted positions only),
-        and note where each request that drafted stands (its catch-up). `depths` is `n` [B] as a list."""
+        and note where each request that drafted stands (its catch-up). `depths`: each request's drafts [B]."""
         self.drafted_positions += sum(depths)
         if self.draft_cost is None and self.capacity_planner is None:
             return  # free drafts (n-gram) on their own: no depth plan reads these (~0.1 ms per step at c=8)
         self._idle_key = None  # new estimates: the next depth plan is computed afresh
-        K = probs.shape[1]
-        drafted = (torch.arange(K)[None, :] < n[:, None]).float()  # [B, K]; the trim calls this only if any is 1
-        count = drafted.sum(0)  # [K]
-        mean = (probs * drafted).sum(0) / count.clamp_min(1)
-        # a running mean, not this step's batch mean (at c=1 that is the request itself), over drafted positions
-        # rather than steps: a step's weight grows with what it drafted (PRIOR_RATE)
-        weight = 1.0 - (1.0 - PRIOR_RATE) ** count  # [K]; 0 where nothing was drafted
-        self._prior = self._prior + weight * (mean - self._prior)
+        # in Python lists: the dozen torch ops this took cost ~85 us a call after a forward (trained draft,
+        # ShareGPT c=1, this CPU; ad-hoc timers, not committed), and B x K is at most a few hundred cells
+        prior, rows = self._prior.tolist(), probs.tolist()
+        for i in range(len(prior)):
+            drafted = [row[i] for row, d in zip(rows, depths) if d > i]
+            if drafted:
+                # a running mean, not this step's batch mean (at c=1 that is the request itself), over drafted
+                # positions rather than steps: a step's weight grows with what it drafted (PRIOR_RATE)
+                weight = 1.0 - (1.0 - PRIOR_RATE) ** len(drafted)
+                prior[i] += weight * (sum(drafted) / len(drafted) - prior[i])
+        self._prior = torch.tensor(prior)
         self.catch_ups.drafted(plan.decodes, depths)
 
     def forget(self, req_id: str) -> None:
@@ -299,7 +302,7 @@ class AdaptiveVerifier(DepthPlan):
         verified, accepted = [0] * proposal.features.shape[0], [0] * proposal.features.shape[0]
         for b, n, a in rows:
             verified[b], accepted[b] = n, a
-        self.estimator.observe(proposal.features, torch.tensor(verified), torch.tensor(accepted))
+        self.estimator.observe(proposal.features, verified, accepted)
 
     def _observe_gain(self, rows: list[tuple[int, int, int]]) -> None:
         """The depth plan's survival against the outcome, per position, for the drafts verified this step

@@ -130,7 +130,8 @@ class DepthPlan:
                     self._planned = (row, chosen.seconds + unpaid, scores)
                 gauged = self.calibrate and bool(plan.prefills) and drafts  # "Mixed steps" above
                 self._idle_key, self._idle_plans = (None if drafts else key), 0
-                self._held = (key, caps, self._planned, self._prior, 0) if drafts and not plan.prefills else None
+                held = drafts and not plan.prefills
+                self._held = (key, caps.tolist(), self._planned, self._prior.tolist(), 0) if held else None
             # a probe's estimates reset the idle plan (`_remember`)
             probe = self._choose_probe(bool(caps.any()), depths, rows, step)
             if probe is not None:
@@ -256,14 +257,14 @@ class DepthPlan:
         held = self._held
         if (held is None or plan.prefills or self.capacity_planner is not None or held[4] >= PROBE_EVERY - 1
                 or held[0][0] != tuple(r.req_id for r in reqs)
-                or float((self._prior - held[3]).abs().max()) > PLAN_HOLD_DRIFT):
+                or max(abs(a - b) for a, b in zip(self._prior.tolist(), held[3])) > PLAN_HOLD_DRIFT):
             return False
         key, caps, planned, prior, count = held
         self._held = (key, caps, planned, prior, count + 1)
         self.catch_ups.note(reqs)
         self._planned = planned
         self.probe.reset()  # as a plan that drafts does
-        plan.decodes = [(r, min(d, c)) for (r, d), c in zip(plan.decodes, caps.tolist())]
+        plan.decodes = [(r, min(d, c)) for (r, d), c in zip(plan.decodes, caps)]
         return True
 
     def _choose_probe(self, drafts: bool, n: list[int], extra: list[int], step: tuple[int, int]) -> int | None:

@@ -47,11 +47,14 @@ class LogisticEstimator:
         self.refit_every, self.warmup_refits, self.l2, self.max_rows = refit_every, warmup_refits, l2, max_rows
         self.weights = torch.zeros(k, num_features + 1)  # last column: bias
         self.refits = 0
-        # the labelled rows, one entry per observed step: (position [m], features [m, F], label [m]); kept
-        # together, not per position, so a step costs a few tensor ops whatever k (appending position by
-        # position took ~4 ops each, and every small op is dear in the engine, where each call follows a
-        # forward that left the caches cold: docs/architecture.md, "The policy's host time is paid cold")
-        self._rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        # the labelled rows: those kept by the last refit (positions [m], features [m, F], labels [m]), and those
+        # observed since, in Python lists until the next refit reads them. A step costs a list conversion and a
+        # loop over its few labelled cells: every small op is dear in the engine, where each call follows a
+        # forward that left the caches cold (docs/architecture.md, "The policy's host time is paid cold"):
+        # `observe` took 128 us a call with torch's eight small ops, 83 with numpy's fancy index of the cells
+        # (trained draft, ShareGPT c=1, this CPU, a ~26 ms step; ad-hoc timers, not committed)
+        self._kept: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._new: tuple[list[int], list[list[float]], list[float]] = ([], [], [])
         self._since = 0
 
     @property
@@ -64,12 +67,18 @@ class LogisticEstimator:
         w = self.weights[: features.shape[1]]  # [K, F + 1]
         return torch.sigmoid((features * w[:, :-1]).sum(-1) + w[:, -1])
 
-    def observe(self, features: torch.Tensor, verified: torch.Tensor, accepted: torch.Tensor) -> None:
-        """features [B, K, F]; verified [B] positions checked; accepted [B]."""
-        seen, label = verification_labels(features.shape[1], verified, accepted)
-        b, pos = seen[:, : self.k].nonzero(as_tuple=True)
-        self._rows.append((pos, features[b, pos], label[b, pos]))
-        verified_drafts = int((verified > 0).sum())
+    def observe(self, features: torch.Tensor, verified: torch.Tensor | list[int], accepted: torch.Tensor | list[int]
+                ) -> None:
+        """features [B, K, F]; verified [B] positions checked; accepted [B] (tensors, or lists as the engine
+        passes them: each small tensor made there cost ~30 us after a forward). As `verification_labels`."""
+        v, a, k = _ints(verified), _ints(accepted), min(features.shape[1], self.k)
+        f, (pos, x, y) = features.tolist(), self._new  # [B][K][F]
+        for b, (n, m) in enumerate(zip(v, a)):
+            for i in range(min(n, m + 1, k)):
+                pos.append(i)
+                x.append(f[b][i])
+                y.append(float(i < m))
+        verified_drafts = sum(1 for n in v if n > 0)
         self._since += verified_drafts if not self.ready else int(verified_drafts > 0)  # (see the module's doc)
         if self._since >= self.refit_every:
             self._since = 0
@@ -81,9 +90,10 @@ class LogisticEstimator:
 
     def _merged(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every labelled row: positions [m], features [m, F], labels [m]."""
-        if not self._rows:
-            return torch.zeros(0, dtype=torch.long), torch.zeros(0, self.f), torch.zeros(0)
-        return tuple(torch.cat(t) for t in zip(*self._rows))
+        pos, x, y = self._new
+        new = (torch.tensor(pos, dtype=torch.long), torch.tensor(x, dtype=torch.float32).reshape(len(pos), self.f),
+               torch.tensor(y, dtype=torch.float32))
+        return new if self._kept is None else tuple(torch.cat(t) for t in zip(self._kept, new))
 
     def _at(self, merged: tuple[torch.Tensor, torch.Tensor, torch.Tensor], position: int
             ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,8 +116,13 @@ class LogisticEstimator:
                 hess = (xb * (p * (1 - p))[:, None]).T @ xb + self.l2 * torch.eye(len(w), dtype=torch.float64)
                 w = w - torch.linalg.solve(hess, grad)
             self.weights[i] = w.float()
-        self._rows = [tuple(torch.cat(t) for t in zip(*kept))] if kept else []
+        self._kept = tuple(torch.cat(t) for t in zip(*kept)) if kept else None
+        self._new = ([], [], [])
         self.refits += 1
+
+
+def _ints(values: torch.Tensor | list[int]) -> list[int]:
+    return values.tolist() if isinstance(values, torch.Tensor) else list(values)
 
 
 HISTORY_BUCKETS = 4  # a request's last verification: none yet, 0 accepted, 1-2 accepted, >= 3 (or all of >= 2)
@@ -175,12 +190,13 @@ class NgramEstimator:
             self._table = ((self.acc + s * hist_rate) / (self.tot + s)).astype(np.float32).reshape(-1)
         return torch.from_numpy(self._table[self._cells(features)])
 
-    def observe(self, features: torch.Tensor, verified: torch.Tensor, accepted: torch.Tensor) -> None:
+    def observe(self, features: torch.Tensor, verified: torch.Tensor | list[int], accepted: torch.Tensor | list[int]
+                ) -> None:
         """As `verification_labels`, in numpy: a position is labelled if verified and all before it accepted."""
         cells = self._cells(features)
-        accepted = accepted.numpy()
+        accepted = np.asarray(accepted)
         pos = np.arange(cells.shape[1])
-        seen = pos < np.minimum(verified.numpy(), accepted + 1)[:, None]  # [B, K]
+        seen = pos < np.minimum(np.asarray(verified), accepted + 1)[:, None]  # [B, K]
         cell, label = cells[seen], (pos < accepted[:, None])[seen]
         tot, acc = self.tot.reshape(-1), self.acc.reshape(-1)  # views
         tot += np.bincount(cell, minlength=tot.size)
