@@ -64,6 +64,10 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   (`Scheduler.deep_rows`): the engine's rule for k > SpecConfig.k_under_load since the seventeenth session. Each
   of these variants sets both bounds (absent: none), whatever the engine's defaults.
 
+- `margin3` (any `marginP`): the depth plan drafts only where it predicts P% more tokens per second than not
+  drafting (`AdaptiveVerifier.draft_margin`; 0 in the engine). At trained repetitive c=8 the plan counted on ~3%
+  from drafting where its drafting steps ran at the plain steps' rate (docs/performance.md, "fifteenth session").
+
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
     python benchmarks/adaptive_variant_ab.py --variant cap2,cap4,perrequest --fixed 2 --method ngram \
@@ -301,6 +305,8 @@ def main() -> None:
             _rows_priced(engine, float(part[5:]))
         elif part.startswith("verifylevel"):
             _verify_level(engine, float(part[11:]))
+        elif re.fullmatch(MARGIN, part):
+            engine.adaptive.draft_margin = float(part[6:]) / 100
         elif depth is None and not calibration_part(engine, part):  # staleN, plainprobeN
             _without(engine, part)
         bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, args.seed)  # run_bench takes it for the variant
@@ -314,6 +320,7 @@ def main() -> None:
 
 
 DEPTH = r"(?=.)(?:depth(\d+))?(?:mixed(\d+))?(?:rows(\d+))?"  # depthK, mixedD, depthKmixedD, depthKmixedDrowsR
+MARGIN = r"margin\d+(\.\d+)?"  # marginP: the depth plan's AdaptiveVerifier.draft_margin at P percent
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
          "oldrowprice", "oldtable", "noguard", "placebo", "nolevel")
 
@@ -324,6 +331,7 @@ def _variants(text: str) -> list[str]:
         if p not in PARTS and p not in ("perrequest", "uniformcap") and not re.fullmatch(r"cap\d+(mixed|pure)?", p) \
                 and not (p.startswith("rowsx") and p[5:].replace(".", "", 1).isdigit()) \
                 and not re.fullmatch(r"(stale|plainprobe)\d+", p) and not re.fullmatch(DEPTH, p) \
+                and not re.fullmatch(MARGIN, p) \
                 and not (p.startswith("verifylevel") and p[11:].replace(".", "", 1).isdigit()):
             raise argparse.ArgumentTypeError(f"unknown variant {p!r}")
     return parts

@@ -68,6 +68,7 @@ class AdaptiveVerifier(DepthPlan):
         self.calibrate = calibrate  # measure `calibration` and scale the depth plan's step times by it
         self.calibrate_survival = calibrate_survival  # with `calibrate`: its survival too, per position
         self.capacity_planner: CapacityPlanner | None = None
+        self.draft_margin = 0.0  # the depth plan drafts only where it predicts this fraction over not drafting
         self.overhead_s = 0.0  # EMA of the step's host time outside the target forward and the drafting
         # the same on pure decode steps, apart for steps that drafted and steps that did not (draft_host_s)
         self._host_s: dict[bool, float | None] = {True: None, False: None}

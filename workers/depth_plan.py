@@ -120,7 +120,7 @@ class DepthPlan:
                 chosen = plan_verify_lengths(rated, self.cost, *step, self._base_emitted(plan, step[1]),
                                              self.overhead_s, iteration_s, amortised, draft_host_s=self.draft_host_s,
                                              decode_rows_floor=bool(plan.prefills),
-                                             **(self.calibration.scales(row) if calibrated else {}))
+                                             **self._scales(row, calibrated))
                 caps = chosen.lengths
                 drafts = bool(caps.any())
                 if not drafts:
@@ -176,10 +176,16 @@ class DepthPlan:
                     for r, d, e in zip(reqs, depths, extra) if d > 0) * self.catch_ups.row_s(self.draft_cost, B)
         step_s = step_seconds(self.cost, B + len(plan.prefills), B + prefill_tokens, B, len(ranked),
                               self.overhead_s, decode_rows_floor=bool(plan.prefills))
-        scales = self.calibration.scales(row) if calibrated else {"plain_scale": 1.0, "spec_scale": 1.0}
+        scales = self._scales(row, calibrated)
         return drafting_cannot_pay(ranked, step_s, self._base_emitted(plan, B + prefill_tokens),
                                    scales["plain_scale"], scales["spec_scale"],
                                    self.draft_cost.lookup(B, B) + self.draft_host_s, least)
+
+    def _scales(self, row: int, calibrated: bool) -> dict[str, float]:
+        """The plan's time scales (workers/plan_calibration.py; 1.0 where not calibrated), not drafting's rate
+        raised by `draft_margin`: drafting must beat it by that fraction."""
+        scales = self.calibration.scales(row) if calibrated else {"plain_scale": 1.0, "spec_scale": 1.0}
+        return {**scales, "plain_scale": scales["plain_scale"] / (1.0 + self.draft_margin)}
 
     def _plan_idle(self, plan: "ScheduledStep", reqs: list, depths: list[int], extra: list[int],
                    step: tuple[int, int], row: int, calibrated: bool) -> None:

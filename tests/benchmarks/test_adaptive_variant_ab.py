@@ -43,6 +43,7 @@ def test_variants_are_parsed_from_a_comma_list():
     assert _variants("plainprobe16,stale8") == ["plainprobe16", "stale8"]
     assert _variants("nolevel") == ["nolevel"]
     assert _variants("depth15,placebo") == ["depth15", "placebo"]  # a deeper draft beside the slot by itself
+    assert _variants("margin3,margin2.5") == ["margin3", "margin2.5"]  # the depth plan's draft_margin, in percent
     parts = ["depth15mixed7", "mixed0", "depth15mixed7rows32"]  # deep drafts (or any) in pure decode steps only
     assert _variants(",".join(parts)) == parts
     with pytest.raises(argparse.ArgumentTypeError):

@@ -2,7 +2,9 @@
 every request is planned from the running mean of the estimates, one request planned at depth 0 still
 drafts one position now and then (a probe, whose cost is bounded to a share of the time), so estimates are
 refreshed, a draft's catch-up is priced, and steps that also prefill are calibrated on their own."""
+import itertools
 import math
+import operator
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -658,3 +660,19 @@ def test_idle_plans_try_again_a_level_close_to_paying_and_never_one_far_off():
         depths = [_plan_once(av, req) for _ in range(400)]
         assert depths[0] == 0
         assert any(depths) is drafts_later
+
+
+def test_a_depth_plan_with_a_margin_drafts_only_where_it_predicts_that_much_over_not_drafting():
+    """`draft_margin`: drafting must beat not drafting's rate by that fraction. One request at c=1 (no catch-up
+    priced: DRAFT has no catch-up cell, nor host time or overhead yet): the plan's predicted gain is the best
+    depth's (1 + survival summed) / (its step + its draft iterations) over not drafting's 1 / step."""
+    av, req = _verifier(prior=0.3)
+    survival = list(itertools.accumulate(av._plan_prior_list(), operator.mul))  # what the plan counts on
+    plain = 1 / TARGET.lookup(1, 1)
+    gain = max((1 + sum(survival[:d])) / (TARGET.lookup(1, 1 + d) + d * DRAFT.lookup(1, 1)) for d in range(1, 8))
+    gain = gain / plain - 1
+    assert gain > 0.05  # drafting pays here
+    for margin, drafts in ((0.0, True), (gain - 0.005, True), (gain + 0.005, False)):
+        av, req = _verifier(prior=0.3)
+        av.draft_margin = margin
+        assert (_depth(av, req) > 0) == drafts, margin
