@@ -67,6 +67,9 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
 - `margin3` (any `marginP`): the depth plan drafts only where it predicts P% more tokens per second than not
   drafting (`AdaptiveVerifier.draft_margin`; 0 in the engine). At trained repetitive c=8 the plan counted on ~3%
   from drafting where its drafting steps ran at the plain steps' rate (docs/performance.md, "fifteenth session").
+  A margin on every plan was tried once before (b2a3c8d, 2026-12-04: 3% lost 2% at ShareGPT c=1, where the plan's
+  predicted gains were real; "Drafting next to a prefill at c=32") and taken out; the engine's plan has changed
+  since (position 1's level, the calibrations, the catch-ups).
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5

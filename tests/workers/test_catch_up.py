@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 import torch
 
-from workers.catch_up import CATCH_UP_HORIZON, CatchUpLedger
+from workers.catch_up import CATCH_UP_HORIZON, DRAFT_OBSERVE_BATCH, CatchUpLedger
 from workers.cost_table import CostTable
 
 
@@ -51,3 +51,17 @@ def test_a_catch_up_is_spread_over_the_steps_a_request_has_left_at_most_the_hori
     reqs = [_req(name, 10, left) for name, left in (("long", 1000), ("short", 4), ("done", 0))]
     scores = torch.full((3, 2), 0.5)  # a drafting step emits 1 + 1.0 tokens
     assert CatchUpLedger.horizon(reqs, scores).tolist() == [CATCH_UP_HORIZON, 2.0, 1.0]
+
+
+def test_the_drafters_iteration_cell_is_refreshed_a_batch_of_steps_at_a_time_by_their_mean():
+    """Each refresh clears the table's cached curves (rebuilt by the next lookups), so the drafter's table takes
+    DRAFT_OBSERVE_BATCH drafting steps at once: their mean, weighed as that many single observations."""
+    draft, batched = CostTable({(4, 4): 0.004, (4, 68): 0.020}), CostTable({(4, 4): 0.004, (4, 68): 0.020})
+    ledger = CatchUpLedger()
+    times = [0.006 + 0.001 * (i % 3) for i in range(DRAFT_OBSERVE_BATCH)]  # one iteration a step, no catch-up
+    for i, seconds in enumerate(times):
+        ledger.observe(draft, seconds, 4, 1)
+        if i < len(times) - 1:
+            assert draft.lookup(4, 4) == 0.004  # not refreshed yet
+    batched.observe(4, 4, sum(times) / len(times), count=len(times))
+    assert draft.lookup(4, 4) == batched.lookup(4, 4) > 0.005
