@@ -182,8 +182,8 @@ class DepthPlan:
                                    self.draft_cost.lookup(B, B) + self.draft_host_s, least)
 
     def _scales(self, row: int, calibrated: bool) -> dict[str, float]:
-        """The plan's time scales (workers/plan_calibration.py; 1.0 where not calibrated), not drafting's rate
-        raised by `draft_margin`: drafting must beat it by that fraction."""
+        """The plan's time scales (workers/plan_calibration.py; 1.0 where not calibrated), the plain step's rate
+        raised by `draft_margin`: drafting must beat not drafting by that fraction (0: as calibrated)."""
         scales = self.calibration.scales(row) if calibrated else {"plain_scale": 1.0, "spec_scale": 1.0}
         return {**scales, "plain_scale": scales["plain_scale"] / (1.0 + self.draft_margin)}
 
