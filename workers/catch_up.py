@@ -23,10 +23,14 @@ if TYPE_CHECKING:
 
 CATCH_UP_HORIZON = 16
 # The drafter's table is refreshed this many drafting steps at a time, each request count with its mean and the
-# weight of as many single observations (as the target's, workers/online_costs.py): a refresh clears the table's
+# weight of as many single observations (as the target's, workers/online_costs.py). A refresh clears the table's
 # cached curves, and rebuilding them for the next step's lookups cost ~0.15 ms of every drafting step at c=1
-# (trained draft, ShareGPT, this CPU: 165 us a call; ad-hoc timers, not committed), where a step is ~26 ms.
-DRAFT_OBSERVE_BATCH = 8
+# (trained draft, ShareGPT, this CPU: 165 us a call; ad-hoc timers, not committed), where a step is ~26 ms. At 8
+# the plan read stale drafting prices for up to 8 drafting steps, and under load, where drafting breaks even, the
+# engine ran ~1% under the one before it (engine_code_ab.py, trained ShareGPT c=8, 16, 32: 0.984, 0.991, 0.990 and
+# 0.993, each cycle below) and the grid's trained draft drafted at c=32 (0.90 of no speculation; docs/performance.md,
+# "eighteenth session"). So it is 1: every drafting step, as before.
+DRAFT_OBSERVE_BATCH = 1
 
 
 class CatchUpLedger:
