@@ -54,8 +54,8 @@ def test_a_catch_up_is_spread_over_the_steps_a_request_has_left_at_most_the_hori
 
 
 def test_the_drafters_iteration_cell_is_refreshed_a_batch_of_steps_at_a_time_by_their_mean():
-    """Each refresh clears the table's cached curves (rebuilt by the next lookups), so the drafter's table takes
-    DRAFT_OBSERVE_BATCH drafting steps at once: their mean, weighed as that many single observations."""
+    """The drafter's table takes DRAFT_OBSERVE_BATCH drafting steps at once (1 since 8 read ~1% under load: see
+    workers/catch_up.py): their mean, weighed as that many single observations."""
     draft, batched = CostTable({(4, 4): 0.004, (4, 68): 0.020}), CostTable({(4, 4): 0.004, (4, 68): 0.020})
     ledger = CatchUpLedger()
     times = [0.006 + 0.001 * (i % 3) for i in range(DRAFT_OBSERVE_BATCH)]  # one iteration a step, no catch-up
@@ -64,4 +64,4 @@ def test_the_drafters_iteration_cell_is_refreshed_a_batch_of_steps_at_a_time_by_
         if i < len(times) - 1:
             assert draft.lookup(4, 4) == 0.004  # not refreshed yet
     batched.observe(4, 4, sum(times) / len(times), count=len(times))
-    assert draft.lookup(4, 4) == batched.lookup(4, 4) > 0.005
+    assert draft.lookup(4, 4) == batched.lookup(4, 4) > 0.004  # moved towards the slower steps
