@@ -22,15 +22,6 @@ if TYPE_CHECKING:
     from workers.request import Request
 
 CATCH_UP_HORIZON = 16
-# The drafter's table is refreshed this many drafting steps at a time, each request count with its mean and the
-# weight of as many single observations (as the target's, workers/online_costs.py). A refresh clears the table's
-# cached curves, and rebuilding them for the next step's lookups cost ~0.15 ms of every drafting step at c=1
-# (trained draft, ShareGPT, this CPU: 165 us a call; ad-hoc timers, not committed), where a step is ~26 ms. At 8
-# the plan read stale drafting prices for up to 8 drafting steps, and under load, where drafting breaks even, the
-# engine ran ~1% under the one before it (engine_code_ab.py, trained ShareGPT c=8, 16, 32: 0.984, 0.991, 0.990 and
-# 0.993, each cycle below) and the grid's trained draft drafted at c=32 (0.90 of no speculation; docs/performance.md,
-# "eighteenth session"). So it is 1: every drafting step, as before.
-DRAFT_OBSERVE_BATCH = 1
 
 
 class CatchUpLedger:
@@ -42,8 +33,6 @@ class CatchUpLedger:
         self.planned: dict[str, int] = {}  # req_id -> rows its next draft first feeds (this step's plan)
         self.step_rows = 0  # extra catch-up rows of the requests that drafted this step
         self.scale = 1.0  # observed / warm-up cost of catch-up rows
-        self._iterations: dict[int, list[float]] = {}  # requests -> [iteration seconds summed, steps] (`observe`)
-        self._iterations_n = 0
 
     def rows(self, req: "Request") -> int:
         """Rows a draft model first feeds for `req` (it recomputes >= 1): every token since its last draft,
@@ -81,19 +70,15 @@ class CatchUpLedger:
         return self.scale * draft_cost.row_slope(requests, 1 + CATCH_UP_ROWS)
 
     def observe(self, draft_cost: CostTable, draft_s: float, requests: int, depth: int) -> None:
-        """Scale what this step's draft prediction read by observed / predicted: the iterations' cell
-        (DRAFT_OBSERVE_BATCH steps at a time), and the catch-up rate where the catch-up was a sizeable part of it."""
+        """Scale what this step's draft prediction read by observed / predicted: the iterations' cell, and the
+        catch-up rate where the catch-up was a sizeable part of it. Every drafting step: refreshed 8 steps at a
+        time, as the target's table is (each refresh drops the cached curves, ~0.14 ms to rebuild at c=1), the
+        plan read stale drafting prices and the engine ran ~1% slower under load (docs/performance.md,
+        "eighteenth session")."""
         iteration = draft_cost.lookup(requests, requests)
         catch_up = self.row_s(draft_cost, requests) * self.step_rows
         ratio = draft_s / max(depth * iteration + catch_up, 1e-12)
-        acc = self._iterations.setdefault(requests, [0.0, 0])
-        acc[0] += ratio * iteration
-        acc[1] += 1
-        self._iterations_n += 1
-        if self._iterations_n >= DRAFT_OBSERVE_BATCH:
-            for r, (total, n) in self._iterations.items():
-                draft_cost.observe(r, r, total / n, count=n)
-            self._iterations, self._iterations_n = {}, 0
+        draft_cost.observe(requests, requests, ratio * iteration)
         if catch_up > 0.2 * depth * iteration:
             self.scale *= 1.0 + draft_cost.ema * (ratio - 1.0)
 
