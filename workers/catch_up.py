@@ -71,10 +71,10 @@ class CatchUpLedger:
 
     def observe(self, draft_cost: CostTable, draft_s: float, requests: int, depth: int) -> None:
         """Scale what this step's draft prediction read by observed / predicted: the iterations' cell, and the
-        catch-up rate where the catch-up was a sizeable part of it. Every drafting step: refreshed 8 steps at a
-        time, as the target's table is (each refresh drops the cached curves, ~0.14 ms to rebuild at c=1), the
-        plan read stale drafting prices and the engine ran ~1% slower under load (docs/performance.md,
-        "eighteenth session")."""
+        catch-up rate where the catch-up was a sizeable part of it. This runs every drafting step. Refreshing 8
+        steps at a time, as the target's table is, saved ~0.14 ms a step at c=1 (each refresh drops the cached
+        curves), but the plan then read stale drafting prices and the engine ran ~1% slower under load
+        (docs/performance.md, "eighteenth session")."""
         iteration = draft_cost.lookup(requests, requests)
         catch_up = self.row_s(draft_cost, requests) * self.step_rows
         ratio = draft_s / max(depth * iteration + catch_up, 1e-12)
