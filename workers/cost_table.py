@@ -112,9 +112,17 @@ class CostTable:
         return list(zip(xs, _isotonic([sum(by_x[x]) / len(by_x[x]) for x in xs])))
 
     def lookup(self, requests: int, tokens: int) -> float:
-        if isinstance(tokens, (int, np.integer)) and 0 <= tokens <= DENSE_MAX:
-            return float(self._dense(max(1, requests), int(tokens))[tokens])
-        return float(self._interpolate(requests, np.array([tokens]))[0])
+        """One lookup: `_interpolate` at one token count, in plain Python on the row's cached cells (a dense
+        table would be rebuilt after every refresh, and the drafter's table is refreshed every drafting step:
+        its rebuild was ~0.14 ms of a ~26 ms step at c=1, paid with the host's caches cold after a forward)."""
+        if not isinstance(tokens, (int, np.integer)):
+            return float(self._interpolate(requests, np.array([tokens]))[0])
+        xs, ss = self._curve_lists(max(1, requests))
+        x = self._x(int(tokens))
+        if len(xs) == 1 or x <= xs[0]:
+            return ss[0]
+        j = min(max(bisect.bisect_left(xs, x), 1), len(xs) - 1)  # segment [j-1, j]; ends extrapolate
+        return ss[j - 1] + (ss[j] - ss[j - 1]) * (x - xs[j - 1]) / (xs[j] - xs[j - 1])
 
     def lookup_many(self, requests: int, tokens: "torch.Tensor") -> "torch.Tensor":
         import torch
@@ -224,10 +232,23 @@ class CostTable:
         """`_cells` as arrays (axis positions, seconds), cached: the policy looks up several times a step."""
         key = (self._row(requests), self.row_block, self.block_rows, len(self.seconds))
         if key not in self._curves:
-            cells = self._cells(requests)
-            self._curves[key] = (np.array([t for t, _ in cells], dtype=np.float64),
-                                 np.array([x for _, x in cells], dtype=np.float64))
+            self._curves[key] = tuple(np.array(v, dtype=np.float64) for v in self._curve_lists(requests))
         return self._curves[key]
+
+    def _curve_lists(self, requests: int) -> tuple[list[float], list[float]]:
+        """`_cells` as Python lists (axis positions, seconds), cached: what a single `lookup` reads."""
+        key = ("lists", self._row(requests), self.row_block, self.block_rows, len(self.seconds))
+        if key not in self._curves:
+            cells = self._cells(requests)
+            self._curves[key] = ([float(t) for t, _ in cells], [float(x) for _, x in cells])
+        return self._curves[key]
+
+    def _drop_curves(self, row: int) -> None:
+        """After a refresh of `row`: drop the cached curves it changed (its own, and every slope and ragged
+        curve, which may read it), keeping the other rows' (each is rebuilt from ~10 cold numpy calls)."""
+        for key in list(self._curves):
+            if key[0] in ("slope", "ragged") or key[0] == row or (key[0] in ("lists", "dense") and key[1] == row):
+                del self._curves[key]
 
     def observe(self, requests: int, tokens: int, seconds: float, count: int = 1) -> None:
         """Online refresh: scale the cells of the row a lookup of (requests, tokens) reads by observed /
@@ -250,7 +271,7 @@ class CostTable:
             self.seconds[(r, t)] *= 1.0 + ema * share * (ratio - 1.0)
         for key in [k for k in self.ragged if k[0] == r]:
             self.ragged[key] *= 1.0 + ema * LEVEL_SHARE * (ratio - 1.0)
-        self._curves.clear()
+        self._drop_curves(r)
 
     def observe_ragged(self, requests: int, extra: int, seconds: float) -> None:
         """Online refresh of the ragged cost: a pure decode step whose longest request computed 1 + `extra`

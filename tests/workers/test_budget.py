@@ -87,7 +87,7 @@ def test_integer_lookups_read_a_dense_table_equal_to_the_interpolation_and_refre
         for r in (1, 3, 9, 40):
             tokens = rng.integers(0, 3000, size=50)
             assert np.array_equal(t.lookup_array(r, tokens), t._interpolate(r, tokens))
-            assert t.lookup(r, int(tokens[0])) == float(t._interpolate(r, tokens[:1])[0])
+            assert [t.lookup(r, int(n)) for n in tokens] == t._interpolate(r, tokens).tolist()  # to the bit
             start = int(tokens[0])
             assert np.array_equal(t.lookup_range(r, start, 40), t._interpolate(r, np.arange(start, start + 40)))
         far = np.arange(65_530, 65_545)  # a run that ends past the dense range
@@ -97,6 +97,22 @@ def test_integer_lookups_read_a_dense_table_equal_to_the_interpolation_and_refre
         before = t.lookup(4, 8)
         t.observe(4, 8, 2 * before)  # a refresh moves the cell, and the dense table with it
         assert t.lookup(4, 8) > before and t.lookup(4, 8) == float(t._interpolate(4, np.array([8]))[0])
+
+
+def test_a_refresh_drops_the_cached_curves_of_its_row_only_and_every_lookup_reads_the_refreshed_cells():
+    rng = np.random.default_rng(1)
+    cells = {(r, r * (1 + e)): float(rng.uniform(0.01, 0.5)) for r in (1, 4, 32) for e in (0, 1, 16)}
+    t = CostTable(dict(cells), {(r, e): 0.01 for r in (1, 4) for e in (1, 7)}, row_block=32)
+    reads = lambda table: ([table.lookup(r, n) for r in (1, 4, 32) for n in range(1, 600, 7)]
+                           + [table.row_slope(r, 17) for r in (1, 4, 32)]
+                           + list(table.ragged_array(4, np.arange(9))) + list(table.lookup_range(1, 0, 64)))
+    reads(t)
+    kept = {k: v for k, v in t._curves.items() if k[0] == 32 or (k[0] in ("lists", "dense") and k[1] == 32)}
+    for r, n in ((4, 4), (4, 9), (1, 17), (4, 70)):
+        t.observe(r, n, 1.5 * t.lookup(r, n))
+        assert all(t._curves.get(k) is v for k, v in kept.items())  # row 32 was not refreshed: its curves stay
+        fresh = CostTable(dict(t.seconds), dict(t.ragged), row_block=32)
+        assert reads(t) == reads(fresh)
 
 
 def test_refresh_keeps_the_slope_when_steps_fall_between_cells():
