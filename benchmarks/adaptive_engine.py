@@ -226,6 +226,12 @@ def pool_runs(runs: list[dict]) -> list[dict]:
     machines = {json.dumps(run.get("machine"), sort_keys=True) for run in runs}
     if len(machines) > 1:
         raise SystemExit("cannot pool runs of different machines")
+    # cycles pair by position across the pooled samples: a configuration that one run lacks (an adaptive engine
+    # of another k) would pair its cycles with another run's peers
+    configs = {frozenset((r["mode"], r["k"]) for r in run["rows"]) for run in runs}
+    if len(configs) > 1:
+        raise SystemExit("cannot pool runs of different configurations: "
+                         + " vs ".join(str(sorted(c)) for c in sorted(configs, key=sorted)))
     pooled: dict[tuple, dict] = {}
     for run in runs:
         for r in run["rows"]:

@@ -101,3 +101,6 @@ def test_whole_runs_pool_their_cycles_per_point():
     assert "1 of 1 points >= 0.98" in pooled_table([point])
     with pytest.raises(SystemExit, match="machines"):
         pool_runs([low, {**high, "machine": {**bf16, "dtype": "float32"}}])
+    deeper = [{**r, "k": 15} if r["mode"] == "ngram-adaptive" else r for r in high["rows"]]
+    with pytest.raises(SystemExit, match="configurations"):  # its adaptive cycles would pair with low's peers
+        pool_runs([low, {**high, "rows": deeper}])
