@@ -1,7 +1,7 @@
 """Engine code A/B in one process: one point of the adaptive grid served by this tree's adaptive engine and by
-the adaptive engine of an earlier commit (`--base`), beside this tree's fixed k, in interleaved cycles (each
-configuration stepped in turn, each timed by its own steps: workers/closed_loop.py), every cycle its own prompt
-sample (seed + cycle). For changes that no setting can switch off, such as the policy's host code: the base's
+the adaptive engine of an earlier commit (`--base`), beside this tree's fixed k (0: no speculation), in
+interleaved cycles (each configuration stepped in turn, each timed by its own steps: workers/closed_loop.py),
+every cycle its own prompt sample (seed + cycle). For changes that no setting can switch off, such as the policy's host code: the base's
 whole `workers` package is extracted from git and imported under the name `workers_base` (its own modules
 throughout; the model, the draft's weights and the warm-up tables on disk are the same files). Prints each
 cycle's tokens/s, this tree's adaptive over the base's, and both over the best fixed k; writes a JSON. Run it
@@ -57,13 +57,14 @@ def _spec(spec_cls: type, method: str, k: int, adaptive: bool) -> object:
 
 
 def build_engines(method: str, fixed: list[int], k: int, seed: int) -> dict[str, object]:
-    """{name: engine}: `fixed:K` (this tree), `adaptive` (this tree), `base` (the base's adaptive engine, after
-    `base_workers`), the adaptive ones warmed as the grid's are (workers/bench.py `_warmed`)."""
+    """{name: engine}: `fixed:K` (this tree; `fixed:0` no speculation), `adaptive` (this tree), `base` (the base's
+    adaptive engine, after `base_workers`), the adaptive ones warmed as the grid's are (workers/bench.py
+    `_warmed`)."""
     base_engine = importlib.import_module(f"{BASE_PACKAGE}.engine")
     base_config = importlib.import_module(f"{BASE_PACKAGE}.config")
-    engines: dict[str, object] = {f"fixed:{f}": LLMEngine(EngineConfig(dtype="auto", kv_cache_memory_gb=0.5,
-                                                                       spec=SpecConfig(method=method, k=f)))
-                                  for f in fixed}
+    engines: dict[str, object] = {f"fixed:{f}": LLMEngine(EngineConfig(
+        dtype="auto", kv_cache_memory_gb=0.5, spec=SpecConfig(method=method, k=f) if f else SpecConfig()))
+        for f in fixed}  # k=0: no speculation, as the grid's tables name it
     engines["adaptive"] = LLMEngine(EngineConfig(dtype="auto", kv_cache_memory_gb=0.5,
                                                  spec=_spec(SpecConfig, method, k, True)))
     engines["base"] = base_engine.LLMEngine(base_config.EngineConfig(
@@ -116,7 +117,8 @@ def main() -> None:
     ap.add_argument("--method", choices=("draft", "ngram"), default="draft")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
     ap.add_argument("--concurrency", type=int, default=1)
-    ap.add_argument("--fixed", default="1,2", help="this tree's fixed k run beside them")
+    ap.add_argument("--fixed", default="1,2", help="this tree's fixed k run beside them (0: no speculation, the "
+                    "best peer where drafting breaks even)")
     ap.add_argument("--k", type=int, default=7, help="both adaptive engines' k")
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--seed", type=int, default=22, help="cycle i serves prompt sample seed + i")

@@ -38,3 +38,9 @@ def test_ratios_are_medians_of_each_cycles_ratio_against_the_best_fixed_k_of_tha
     assert out["adaptive_over_best_fixed"] == round(sorted([49 / 50, 44 / 44, 57 / 60])[1], 4)
     assert out["base_over_best_fixed"] == round(sorted([48 / 50, 43 / 44, 60 / 60])[1], 4)
     assert out["adaptive_policy_ms"] == 0.45 and out["base_policy_ms"] == 0.75
+
+
+def test_no_speculation_is_a_peer_as_fixed_k_0():
+    runs = {"fixed:0": [_run(60, 0), _run(50, 0)], "fixed:1": [_run(50, 0), _run(52, 0)],
+            "adaptive": [_run(57, 0.4), _run(52, 0.5)], "base": [_run(54, 0.8), _run(52, 0.7)]}
+    assert summary(runs)["adaptive_over_best_fixed"] == round((57 / 60 + 52 / 52) / 2, 4)  # the median of two
