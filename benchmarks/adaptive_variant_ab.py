@@ -70,6 +70,10 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   A margin on every plan was tried once before (b2a3c8d, 2026-12-04: 3% lost 2% at ShareGPT c=1, where the plan's
   predicted gains were real; "Drafting next to a prefill at c=32") and taken out; the engine's plan has changed
   since (position 1's level, the calibrations, the catch-ups).
+- `survivalcal`: the depth plan's calibration as `SpecConfig.calibrate_plan` "time+survival": in pure decode steps
+  it also scales each position's survival by drafts accepted over the survival it counted on. At trained
+  repetitive c=8 that ratio read 0.82 at position 1 (one ad-hoc run, 37 drafting steps; docs/performance.md,
+  "nineteenth session"): the plan counted on more than its drafts delivered.
 
     python benchmarks/adaptive_variant_ab.py --variant noexplore --method ngram --workload sharegpt \
         --concurrency 32 --cycles 5
@@ -278,7 +282,8 @@ def main() -> None:
     ap.add_argument("--variant", required=True, type=_variants,
                     help="one or more of (comma-separated): " + ", ".join(PARTS)
                     + ", capD (D drafts; capDmixed, capDpure), perrequest, uniformcap, rowsxF (F x row price), staleN"
-                    + ", verifylevelF, plainprobeN, depthK (drafts up to K), mixedD (at most D while prompts wait)")
+                    + ", verifylevelF, plainprobeN, depthK (drafts up to K), mixedD (at most D while prompts wait), marginP"
+                    + ", survivalcal")
     ap.add_argument("--fixed", default="2,4,7", help="the fixed k run beside them")
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
@@ -310,6 +315,8 @@ def main() -> None:
             _verify_level(engine, float(part[11:]))
         elif re.fullmatch(MARGIN, part):
             engine.adaptive.draft_margin = float(part[6:]) / 100
+        elif part == "survivalcal":
+            engine.adaptive.calibrate_survival = True
         elif depth is None and not calibration_part(engine, part):  # staleN, plainprobeN
             _without(engine, part)
         bench._ENGINES[(mode, 7, "auto")] = _warmed(engine, 48, args.seed)  # run_bench takes it for the variant
@@ -331,7 +338,7 @@ PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverif
 def _variants(text: str) -> list[str]:
     parts = text.split(",")
     for p in parts:
-        if p not in PARTS and p not in ("perrequest", "uniformcap") and not re.fullmatch(r"cap\d+(mixed|pure)?", p) \
+        if p not in PARTS and p not in ("perrequest", "uniformcap", "survivalcal") and not re.fullmatch(r"cap\d+(mixed|pure)?", p) \
                 and not (p.startswith("rowsx") and p[5:].replace(".", "", 1).isdigit()) \
                 and not re.fullmatch(r"(stale|plainprobe)\d+", p) and not re.fullmatch(DEPTH, p) \
                 and not re.fullmatch(MARGIN, p) \
