@@ -282,8 +282,8 @@ def main() -> None:
     ap.add_argument("--variant", required=True, type=_variants,
                     help="one or more of (comma-separated): " + ", ".join(PARTS)
                     + ", capD (D drafts; capDmixed, capDpure), perrequest, uniformcap, rowsxF (F x row price), staleN"
-                    + ", verifylevelF, plainprobeN, depthK (drafts up to K), mixedD (at most D while prompts wait), marginP"
-                    + ", survivalcal")
+                    + ", verifylevelF, plainprobeN, depthK (drafts up to K), mixedD (at most D while prompts wait)"
+                    + ", marginP, survivalcal")
     ap.add_argument("--fixed", default="2,4,7", help="the fixed k run beside them")
     ap.add_argument("--method", choices=("draft", "ngram"), default="ngram")
     ap.add_argument("--workload", choices=("sharegpt", "repetitive"), default="sharegpt")
@@ -338,7 +338,7 @@ PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverif
 def _variants(text: str) -> list[str]:
     parts = text.split(",")
     for p in parts:
-        if p not in PARTS and p not in ("perrequest", "uniformcap", "survivalcal") and not re.fullmatch(r"cap\d+(mixed|pure)?", p) \
+        if p not in PARTS + ("perrequest", "uniformcap", "survivalcal") and not re.fullmatch(r"cap\d+(mixed|pure)?", p) \
                 and not (p.startswith("rowsx") and p[5:].replace(".", "", 1).isdigit()) \
                 and not re.fullmatch(r"(stale|plainprobe)\d+", p) and not re.fullmatch(DEPTH, p) \
                 and not re.fullmatch(MARGIN, p) \

@@ -1,11 +1,11 @@
 """Engine code A/B in one process: one point of the adaptive grid served by this tree's adaptive engine and by
 the adaptive engine of an earlier commit (`--base`), beside this tree's fixed k (0: no speculation), in
 interleaved cycles (each configuration stepped in turn, each timed by its own steps: workers/closed_loop.py),
-every cycle its own prompt sample (seed + cycle). For changes that no setting can switch off, such as the policy's host code: the base's
-whole `workers` package is extracted from git and imported under the name `workers_base` (its own modules
-throughout; the model, the draft's weights and the warm-up tables on disk are the same files). Prints each
-cycle's tokens/s, this tree's adaptive over the base's, and both over the best fixed k; writes a JSON. Run it
-on an otherwise idle machine.
+every cycle its own prompt sample (seed + cycle). For changes that no setting can switch off, such as the
+policy's host code: the base's whole `workers` package is extracted from git and imported under the name
+`workers_base` (its own modules throughout; the model, the draft's weights and the warm-up tables on disk are
+the same files). Prints each cycle's tokens/s, this tree's adaptive over the base's, and both over the best
+fixed k; writes a JSON. Run it on an otherwise idle machine.
 
     python benchmarks/engine_code_ab.py --base 176d94f --method draft --workload sharegpt --concurrency 1 \
         --fixed 1,2 --cycles 3 --out benchmarks/results/engine_code_ab_....json

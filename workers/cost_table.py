@@ -73,7 +73,7 @@ class CostTable:
     # seconds per key slot of one sequence beyond the warm-up's context (module docstring; 0: not measured;
     # a diagnostic: the policy does not read it)
     key_slot_s: float = 0.0
-    _curves: dict = field(default_factory=dict, repr=False, compare=False)  # lookup curves, cleared on refresh
+    _curves: dict = field(default_factory=dict, repr=False, compare=False)  # lookup curves, dropped on refresh
 
     def _row(self, requests: int) -> int:
         """The measured request count nearest to `requests` (the row lookups read)."""
