@@ -70,6 +70,10 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   A margin on every plan was tried once before (b2a3c8d, 2026-12-04: 3% lost 2% at ShareGPT c=1, where the plan's
   predicted gains were real; "Drafting next to a prefill at c=32") and taken out; the engine's plan has changed
   since (position 1's level, the calibrations, the catch-ups).
+- `notrimsearch`: the trim never searches (its shortcut, `TRIM_SEARCH_RATE` in workers/adaptive.py, always
+  taken): every position the depth plan drafted is verified. At the trained draft, ShareGPT c=16 and repetitive
+  c=8, the plan drafted depth 1 for nearly every request and the trim cut 5-11% of those drafts, at ~0.2-0.3 ms
+  of host time a drafting step (ad-hoc timers, 2026-12-08).
 - `survivalcal`: the depth plan's calibration as `SpecConfig.calibrate_plan` "time+survival": in pure decode steps
   it also scales each position's survival by drafts accepted over the survival it counted on. At trained
   repetitive c=8 that ratio read 0.82 at position 1 (one ad-hoc run, 37 drafting steps; docs/performance.md,
@@ -150,6 +154,8 @@ def _without(engine: LLMEngine, part: str) -> None:
         engine.adaptive.costs.outliers.ratio = float("inf")
     elif part == "placebo":
         pass
+    elif part == "notrimsearch":  # the trim's shortcut always taken: every drafted position verified
+        engine.adaptive._search_s = float("inf")
     elif part == "nolevel":
         engine.adaptive.first.enabled = False
     elif part == "alwaysreserve":
@@ -332,7 +338,7 @@ def main() -> None:
 DEPTH = r"(?=.)(?:depth(\d+))?(?:mixed(\d+))?(?:rows(\d+))?"  # depthK, mixedD, depthKmixedD, depthKmixedDrowsR
 MARGIN = r"margin\d+(\.\d+)?"  # marginP: the depth plan's AdaptiveVerifier.draft_margin at P percent
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
-         "oldrowprice", "oldtable", "noguard", "placebo", "nolevel")
+         "oldrowprice", "oldtable", "noguard", "placebo", "nolevel", "notrimsearch")
 
 
 def _variants(text: str) -> list[str]:
