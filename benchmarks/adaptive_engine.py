@@ -39,12 +39,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from plot_engine import concurrency_axis  # noqa: E402  (same folder: run as a script)
 from workers.bench import run_bench  # noqa: E402
+from workers.config import ADAPTIVE_DEFAULT_K  # noqa: E402
 
 METHODS = ("draft", "ngram")
 FIXED = (2, 4, 7)
 # adaptive's deepest draft: n-gram drafts cost nothing and adaptive verifies them deeper than 7 only in pure decode
 # steps at 1-3 requests (SpecConfig.k_under_load, deep_draft_rows; since the seventeenth session, 2026-12-07)
-ADAPTIVE_K = {"draft": 7, "ngram": 15}
+ADAPTIVE_K = ADAPTIVE_DEFAULT_K  # also what `specfleet serve` drafts when given no --k
 MODES = ["off"] + [f"{m}:{k}" for m in METHODS for k in FIXED] + [f"{m}:{ADAPTIVE_K[m]}:adaptive" for m in METHODS]
 
 

@@ -22,7 +22,8 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct", help="default model name or a local HF folder")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--spec", default="off", choices=["off", "ngram", "draft"], help="speculative decoding method")
-    p.add_argument("--k", type=int, default=4, help="draft tokens per step")
+    p.add_argument("--k", type=int, default=None, help="draft tokens per step (default: 15 for n-gram and 7 for "
+                   "a draft model with adaptive verification, 4 with fixed k)")
     p.add_argument("--draft-model", default=None,
                    help="draft model folder or shipped draft name (for --spec draft; default: the shipped draft)")
     p.add_argument("--verify", default="fixed", choices=["fixed", "adaptive", "adaptive-global"],
@@ -71,7 +72,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from workers.config import SamplingParams
 
     eng = _engine(args)
-    print(f"specfleet demo: {args.model}, speculation={args.spec} (k={args.k}). Type a message, Ctrl-D to quit.")
+    print(f"specfleet demo: {args.model}, speculation={args.spec} (k={eng.config.spec.k}). "
+          "Type a message, Ctrl-D to quit.")
     print("> ", end="", flush=True)
     sp = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
     for line in sys.stdin:

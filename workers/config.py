@@ -58,13 +58,27 @@ class SamplingParams(BaseModel):
         return self.temperature == 0.0
 
 
+# k when none is given: what the adaptive grid measured (benchmarks/adaptive_engine.py). Adaptive verification
+# verifies only what pays, so it drafts deep: n-gram drafts cost nothing (15, bounded under load by
+# `k_under_load`), the trained draft's cost drafter time (7). n-gram at 1-8 requests, adaptive k=4 read 0.93-0.99x
+# of adaptive k=7 and k=15 1.00-1.03x (docs/performance.md, "2026-12-08"). Fixed k verifies every draft: 4.
+DEFAULT_K = 4
+ADAPTIVE_DEFAULT_K = {"ngram": 15, "draft": 7}
+
+
+def default_k(method: str, verify: str) -> int:
+    """The draft depth a configuration gets when it names none."""
+    return DEFAULT_K if verify == "fixed" else ADAPTIVE_DEFAULT_K.get(method, DEFAULT_K)
+
+
 class SpecConfig(BaseModel):
     """Speculative decoding: which proposer and how many draft tokens per step."""
 
     model_config = ConfigDict(extra="forbid")
 
     method: SpecMethod = Field("off", description="off | ngram (prompt lookup) | draft (a small causal LM).")
-    k: int = Field(4, ge=1, le=32, description="Draft tokens proposed per request per step.")
+    k: int = Field(DEFAULT_K, ge=1, le=32, description="Draft tokens proposed per request per step; when not "
+                   "given: 15 for n-gram and 7 for a draft model with adaptive verification, 4 with fixed k.")
     ngram_min: int = Field(2, ge=1, le=16, description="Shortest suffix the n-gram proposer tries to match "
                            "(1-token matches measured poor: 0.59 vs 0.78 tokens per computed position).")
     ngram_max: int = Field(4, ge=1, le=16, description="Longest suffix the n-gram proposer tries to match.")
@@ -93,6 +107,13 @@ class SpecConfig(BaseModel):
         "survival; time+survival: also each position's survival in pure decode steps; "
         "off: none of these. true/false read as time+survival/off. See docs/performance.md for the A/Bs "
         "behind the default.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_k(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("k") is None:
+            data = {**data, "k": default_k(data.get("method", "off"), data.get("verify", "fixed"))}
+        return data
 
     @field_validator("calibrate_plan", mode="before")
     @classmethod
