@@ -61,8 +61,11 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   D while prompts wait (`Scheduler.k_under_load`): deep drafts in pure decode steps only. `mixed0` (any
   `mixedD`, k=7): no draft beyond D while prompts wait; 0: the trained draft drafts in pure decode steps only.
   `depth15mixed7rows32` (any `depthKmixedDrowsR`): beyond D also only while every decoding request's rows fit R
-  (`Scheduler.deep_rows`): the engine's rule for k > SpecConfig.k_under_load since the seventeenth session. Each
-  of these variants sets both bounds (absent: none), whatever the engine's defaults.
+  (`Scheduler.deep_rows`): the engine's rule for k > SpecConfig.k_under_load since the seventeenth session.
+  `depth15mixed7rows32wait4` (any `...waitW`): besides, at most W drafts while prompts wait (`Scheduler.k_waiting`):
+  at n-gram repetitive c=32, k_under_load 4 (`depth15mixed4rows32`) read +4-7% over 7 and at c=8 -2-4%, where
+  its cap of 4 also binds pure decode steps (2026-12-08). Each of these variants sets all its bounds (absent:
+  none), whatever the engine's defaults.
 
 - `margin3` (any `marginP`): the depth plan drafts only where it predicts P% more tokens per second than not
   drafting (`AdaptiveVerifier.draft_margin`; 0 in the engine). At trained repetitive c=8 the plan counted on ~3%
@@ -313,6 +316,7 @@ def main() -> None:
         if depth:  # the engine's defaults (SpecConfig.k_under_load, deep_draft_rows) replaced by the variant's
             engine.scheduler.k_under_load = int(depth[2]) if depth[2] else None
             engine.scheduler.deep_rows = int(depth[3]) if depth[3] else None
+            engine.scheduler.k_waiting = int(depth[4]) if depth[4] else None
         if part.startswith("cap") or part in ("perrequest", "uniformcap"):
             _after_trim(engine, part)
         elif part.startswith("rowsx"):
@@ -335,7 +339,8 @@ def main() -> None:
               min_requests=args.min_requests)
 
 
-DEPTH = r"(?=.)(?:depth(\d+))?(?:mixed(\d+))?(?:rows(\d+))?"  # depthK, mixedD, depthKmixedD, depthKmixedDrowsR
+# depthK, mixedD, depthKmixedD, depthKmixedDrowsR, and any of these with waitW
+DEPTH = r"(?=.)(?:depth(\d+))?(?:mixed(\d+))?(?:rows(\d+))?(?:wait(\d+))?"
 MARGIN = r"margin\d+(\.\d+)?"  # marginP: the depth plan's AdaptiveVerifier.draft_margin at P percent
 PARTS = ("noexplore", "wholeexplore", "alwaysreserve", "verifynone", "mixedverifynone", "mixedreserve",
          "oldrowprice", "oldtable", "noguard", "placebo", "nolevel", "notrimsearch")

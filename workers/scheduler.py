@@ -40,6 +40,8 @@ class Scheduler:
     # "seventeenth session"); set from SpecConfig.k_under_load and deep_draft_rows by the engine.
     k_under_load: int | None = None
     deep_rows: int | None = None
+    # While prompts wait, adaptive drafts are at most this deep (None: `k_under_load` where k is above it)
+    k_waiting: int | None = None
 
     def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  chunk_align: int = 1) -> None:
@@ -98,8 +100,9 @@ class Scheduler:
             if deep:
                 roomy = k if self.deep_rows is None else self.deep_rows // decoding - 1
                 most = self.k_under_load if prefilling else max(self.k_under_load, min(k, roomy))
-            if prefilling:  # `prefill_share`
-                most = min(most, int(budget * (1 - self.prefill_share)) // decoding - 1)
+            if prefilling:  # `k_waiting`, `prefill_share`
+                most = min(most if self.k_waiting is None else self.k_waiting,
+                           int(budget * (1 - self.prefill_share)) // decoding - 1)
         for req in list(self.running):
             if req.status is not Status.RUNNING or not req.is_decoding:
                 continue

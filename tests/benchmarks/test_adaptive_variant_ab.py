@@ -45,7 +45,8 @@ def test_variants_are_parsed_from_a_comma_list():
     assert _variants("depth15,placebo") == ["depth15", "placebo"]  # a deeper draft beside the slot by itself
     assert _variants("margin3,margin2.5") == ["margin3", "margin2.5"]  # the depth plan's draft_margin, in percent
     assert _variants("survivalcal") == ["survivalcal"]  # calibrate_plan "time+survival"
-    parts = ["depth15mixed7", "mixed0", "depth15mixed7rows32"]  # deep drafts (or any) in pure decode steps only
+    parts = ["depth15mixed7", "mixed0", "depth15mixed7rows32",  # deep drafts (or any) in pure decode steps only
+             "depth15mixed7rows32wait4"]  # and at most 4 while prompts wait
     assert _variants(",".join(parts)) == parts
     with pytest.raises(argparse.ArgumentTypeError):
         _variants("depthmixed")

@@ -78,10 +78,11 @@ def test_drafts_never_take_the_last_of_the_budget_from_a_waiting_prompt():
     assert [c for _, c in plan.prefills] == [1]
 
 
-def _deep_drafts_beside_a_prompt(prefill_share: float, k_under_load: int | None = None) -> tuple[list[int], list[int]]:
+def _deep_drafts_beside_a_prompt(prefill_share: float, k_under_load: int | None = None,
+                                 k_waiting: int | None = None) -> tuple[list[int], list[int]]:
     """Four requests whose whole 15-token drafts were verified, a prompt waiting: (drafts, prefill chunks)."""
     sched = _scheduler(budget=64)
-    sched.prefill_share, sched.k_under_load = prefill_share, k_under_load
+    sched.prefill_share, sched.k_under_load, sched.k_waiting = prefill_share, k_under_load, k_waiting
     for i in range(4):
         _decoding(sched, i, last_verified=15, last_cut=False)
     sched.waiting.append(_request(4, 60))
@@ -98,6 +99,17 @@ def test_while_prompts_wait_adaptive_drafts_share_half_the_budget_evenly():
 def test_while_prompts_wait_adaptive_drafts_stop_at_the_k_under_load():
     assert _deep_drafts_beside_a_prompt(0.5, k_under_load=3) == ([3, 3, 3, 3], [64 - 16])
     assert _deep_drafts_beside_a_prompt(0.0, k_under_load=7) == ([7, 7, 7, 7], [64 - 32])
+
+
+def test_while_prompts_wait_adaptive_drafts_stop_at_k_waiting_which_leaves_pure_decode_steps_alone():
+    assert _deep_drafts_beside_a_prompt(0.5, k_under_load=7, k_waiting=4) == ([4, 4, 4, 4], [64 - 20])
+    assert _deep_drafts_beside_a_prompt(0.5, k_waiting=2) == ([2, 2, 2, 2], [64 - 12])  # with or without k_under_load
+    assert _deep_drafts_beside_a_prompt(0.5, k_waiting=9) == ([7, 7, 7, 7], [64 - 32])  # the budget's share binds
+    sched = _scheduler(budget=512)
+    sched.k_under_load, sched.deep_rows, sched.k_waiting = 7, 32, 4
+    for i in range(8):
+        _decoding(sched, i, last_verified=15, last_cut=False)
+    assert [d for _, d in sched.schedule(15, adaptive_drafts=True).decodes] == [7] * 8  # nothing waits
 
 
 def _pure_decode_drafts(requests: int, deep_rows: int | None, adaptive: bool = True) -> list[int]:
