@@ -62,10 +62,11 @@ interleaved cycles (`point_variance.py` reads the second engine as a variant). T
   `mixedD`, k=7): no draft beyond D while prompts wait; 0: the trained draft drafts in pure decode steps only.
   `depth15mixed7rows32` (any `depthKmixedDrowsR`): beyond D also only while every decoding request's rows fit R
   (`Scheduler.deep_rows`): the engine's rule for k > SpecConfig.k_under_load since the seventeenth session.
-  `depth15mixed7rows32wait4` (any `...waitW`): besides, at most W drafts while prompts wait (`Scheduler.k_waiting`):
-  at n-gram repetitive c=32, k_under_load 4 (`depth15mixed4rows32`) read +4-7% over 7 and at c=8 -2-4%, where
-  its cap of 4 also binds pure decode steps (2026-12-08). Each of these variants sets all its bounds (absent:
-  none), whatever the engine's defaults.
+  `depth15mixed7rows32wait4` (any `...waitW`): besides, while prompts wait, deeper than W only where the rows fit
+  R (`Scheduler.k_waiting`): at n-gram repetitive c=32, k_under_load 4 (`depth15mixed4rows32`) read +4-7% over 7
+  and at c=8 -1-3%, where its cap of 4 also binds pure decode steps (2026-12-08). The wait4 A/Bs at c=2-4 ran
+  before the row bound (at most W there too); from c=8 on the two are one rule. Each of these variants sets all
+  its bounds (absent: none), whatever the engine's defaults.
 
 - `margin3` (any `marginP`): the depth plan drafts only where it predicts P% more tokens per second than not
   drafting (`AdaptiveVerifier.draft_margin`; 0 in the engine). At trained repetitive c=8 the plan counted on ~3%

@@ -88,6 +88,7 @@ class LLMEngine:
         if self.adaptive is not None:  # drafts deeper than k_under_load: pure decode steps at low load only
             self.scheduler.k_under_load = config.spec.k_under_load
             self.scheduler.deep_rows = config.spec.deep_draft_rows
+            self.scheduler.k_waiting = config.spec.k_waiting
         eos = hf_config.eos_token_id
         self.eos_ids = frozenset(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         self.requests: dict[str, Request] = {}

@@ -40,7 +40,10 @@ class Scheduler:
     # "seventeenth session"); set from SpecConfig.k_under_load and deep_draft_rows by the engine.
     k_under_load: int | None = None
     deep_rows: int | None = None
-    # While prompts wait, adaptive drafts are at most this deep (None: `k_under_load` where k is above it)
+    # While prompts wait, adaptive drafts go deeper than `k_waiting` (None: no bound) only while every decoding
+    # request's rows fit `deep_rows` (at most k_under_load still): 7 at 1-4 requests, 4 from 8 on. At n-gram
+    # repetitive c=32, 4 read +3-7% over 7 in all three cycles of an A/B, at c=8-32 otherwise within 0.5%, and at
+    # repetitive c=2 1.6% under it (docs/performance.md, "twentieth session"); set from SpecConfig.k_waiting.
     k_waiting: int | None = None
 
     def __init__(self, pool: BlockPool, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
@@ -88,7 +91,8 @@ class Scheduler:
         for this step. A request whose whole draft was verified keeps k (`cap_only_cut`): its short last draft
         was the proposer's, and capping it only shortened its next one. Nor does any request draft beyond its
         even part of the budget that `prefill_share` leaves to drafts, nor deeper than `k_under_load` but in
-        pure decode steps whose rows fit `deep_rows`."""
+        pure decode steps whose rows fit `deep_rows`, nor, while prompts wait, deeper than `k_waiting` but where
+        the rows fit."""
         step = ScheduledStep()
         budget = self.token_budget
         prefilling = self.waiting or any(not r.is_decoding for r in self.running)
@@ -97,12 +101,12 @@ class Scheduler:
         deep = self.k_under_load is not None and k > self.k_under_load
         if adaptive_drafts and (deep or prefilling):  # otherwise nothing below reads `decoding` (every step)
             decoding = max(1, sum(1 for r in self.running if r.status is Status.RUNNING and r.is_decoding))
+            roomy = k if self.deep_rows is None else self.deep_rows // decoding - 1  # depth whose rows fit
             if deep:
-                roomy = k if self.deep_rows is None else self.deep_rows // decoding - 1
                 most = self.k_under_load if prefilling else max(self.k_under_load, min(k, roomy))
             if prefilling:  # `k_waiting`, `prefill_share`
-                most = min(most if self.k_waiting is None else self.k_waiting,
-                           int(budget * (1 - self.prefill_share)) // decoding - 1)
+                most = min(most, int(budget * (1 - self.prefill_share)) // decoding - 1,
+                           k if self.k_waiting is None else max(self.k_waiting, roomy))
         for req in list(self.running):
             if req.status is not Status.RUNNING or not req.is_decoding:
                 continue

@@ -78,11 +78,12 @@ def test_drafts_never_take_the_last_of_the_budget_from_a_waiting_prompt():
     assert [c for _, c in plan.prefills] == [1]
 
 
-def _deep_drafts_beside_a_prompt(prefill_share: float, k_under_load: int | None = None,
-                                 k_waiting: int | None = None) -> tuple[list[int], list[int]]:
+def _deep_drafts_beside_a_prompt(prefill_share: float, k_under_load: int | None = None, k_waiting: int | None = None,
+                                 deep_rows: int | None = None) -> tuple[list[int], list[int]]:
     """Four requests whose whole 15-token drafts were verified, a prompt waiting: (drafts, prefill chunks)."""
     sched = _scheduler(budget=64)
     sched.prefill_share, sched.k_under_load, sched.k_waiting = prefill_share, k_under_load, k_waiting
+    sched.deep_rows = deep_rows
     for i in range(4):
         _decoding(sched, i, last_verified=15, last_cut=False)
     sched.waiting.append(_request(4, 60))
@@ -101,15 +102,25 @@ def test_while_prompts_wait_adaptive_drafts_stop_at_the_k_under_load():
     assert _deep_drafts_beside_a_prompt(0.0, k_under_load=7) == ([7, 7, 7, 7], [64 - 32])
 
 
-def test_while_prompts_wait_adaptive_drafts_stop_at_k_waiting_which_leaves_pure_decode_steps_alone():
-    assert _deep_drafts_beside_a_prompt(0.5, k_under_load=7, k_waiting=4) == ([4, 4, 4, 4], [64 - 20])
-    assert _deep_drafts_beside_a_prompt(0.5, k_waiting=2) == ([2, 2, 2, 2], [64 - 12])  # with or without k_under_load
-    assert _deep_drafts_beside_a_prompt(0.5, k_waiting=9) == ([7, 7, 7, 7], [64 - 32])  # the budget's share binds
+def test_while_prompts_wait_adaptive_drafts_pass_k_waiting_only_where_the_rows_fit():
+    # 4 decoding requests: 16 rows fit 3 drafts each, 32 rows fit 7
+    assert _deep_drafts_beside_a_prompt(0.5, k_under_load=7, k_waiting=4, deep_rows=16) == ([4, 4, 4, 4], [64 - 20])
+    assert _deep_drafts_beside_a_prompt(0.5, k_under_load=7, k_waiting=4, deep_rows=32) == ([7, 7, 7, 7], [64 - 32])
+    assert _deep_drafts_beside_a_prompt(0.5, k_waiting=2, deep_rows=8) == ([2, 2, 2, 2], [64 - 12])  # k_under_load or not
+    assert _deep_drafts_beside_a_prompt(0.5, k_waiting=2) == ([7, 7, 7, 7], [64 - 32])  # no row bound: no bound
+    assert _deep_drafts_beside_a_prompt(0.5, k_waiting=9, deep_rows=8) == ([7, 7, 7, 7], [64 - 32])  # the share binds
+    sched = _scheduler(budget=64)
+    sched.k_waiting, sched.deep_rows = 4, 32
+    a = _decoding(sched, 0, last_verified=2, last_cut=False)
+    sched.waiting.append(_request(1, 20))
+    assert sched.schedule(2, adaptive_drafts=True).decodes == [(a, 2)]  # never above k
     sched = _scheduler(budget=512)
     sched.k_under_load, sched.deep_rows, sched.k_waiting = 7, 32, 4
     for i in range(8):
         _decoding(sched, i, last_verified=15, last_cut=False)
     assert [d for _, d in sched.schedule(15, adaptive_drafts=True).decodes] == [7] * 8  # nothing waits
+    sched.waiting.append(_request(8, 60))
+    assert [d for _, d in sched.schedule(15, adaptive_drafts=True).decodes] == [4] * 8  # 8 x 8 rows do not fit 32
 
 
 def _pure_decode_drafts(requests: int, deep_rows: int | None, adaptive: bool = True) -> list[int]:
