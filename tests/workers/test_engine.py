@@ -183,12 +183,13 @@ def test_adaptive_verification_is_lossless_and_trims(tiny_target, tiny_draft, tm
 def test_deep_adaptive_drafts_stay_in_pure_decode_steps_that_fit_the_rows_and_lose_nothing(tiny_target, tmp_path,
                                                                                            monkeypatch):
     """k above SpecConfig.k_under_load: deeper drafts only in pure decode steps whose decoding requests fit
-    deep_draft_rows rows at that depth; greedy output as without speculation."""
+    deep_draft_rows rows at that depth, and beside a prefill deeper than k_waiting only where they fit; greedy
+    output as without speculation."""
     monkeypatch.setenv("SPECFLEET_CACHE", str(tmp_path))
     base = [r.output_ids for r in _engine(tiny_target).generate(PROMPTS, _greedy())]
     eng = _engine(tiny_target, SpecConfig(method="ngram", k=15, ngram_min=1, verify="adaptive", cost_table_budget_s=5,
-                                          k_under_load=5, deep_draft_rows=40))
-    assert (eng.scheduler.k_under_load, eng.scheduler.deep_rows) == (5, 40)
+                                          k_under_load=5, deep_draft_rows=40, k_waiting=3))
+    assert (eng.scheduler.k_under_load, eng.scheduler.deep_rows, eng.scheduler.k_waiting) == (5, 40, 3)
     schedule, seen = eng.scheduler.schedule, []
 
     def recorded(k, adaptive_drafts=False):
@@ -198,7 +199,7 @@ def test_deep_adaptive_drafts_stay_in_pure_decode_steps_that_fit_the_rows_and_lo
 
     eng.scheduler.schedule = recorded
     assert [r.output_ids for r in eng.generate(PROMPTS, _greedy())] == base
-    assert all(d <= (5 if mixed else max(5, min(15, 40 // n - 1))) for d, n, mixed in seen)
+    assert all(d <= (min(5, max(3, 40 // n - 1)) if mixed else max(5, min(15, 40 // n - 1))) for d, n, mixed in seen)
     assert any(d > 5 for d, _, _ in seen)  # deep where the rows fit
 
 
