@@ -1,11 +1,11 @@
 """Adaptive n-gram draft depths side by side through HTTP: one Ray Serve application redeployed with each k in
-turn (round after round, so the machine's slow and fast spells fall on every k alike), the official async
-`openai` client streaming greedy chat completions in a closed loop (benchmarks/http_load.py) of ShareGPT and
-repetitive prompts. What `specfleet serve` drafts by default is chosen on the engine's A/Bs; this checks that
+turn (round after round, the order reversed every other round, so the machine's slow and fast spells fall on
+every k alike), the official async `openai` client streaming greedy chat completions in a closed loop
+(benchmarks/http_load.py) of ShareGPT and repetitive prompts. What `specfleet serve` drafts by default is chosen on the engine's A/Bs; this checks that
 the choice holds behind the proxy, the ingress and the per-token streaming, which take CPU the engine needs.
 
-    python benchmarks/http_k_ab.py --k 7,15 --concurrency 1,4 --rounds 3 \
-        --out benchmarks/results/http_k_ab_cpu.json          # ~10 min on 2 cores
+    python benchmarks/http_k_ab.py --k 4,15 --concurrency 1,4 --rounds 4 --per-slot 6 \
+        --out benchmarks/results/http_k_ab_cpu.json          # ~8 min on 2 cores
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def run(ks: list[int], concurrency: list[int], rounds: int, per_slot: int) -> li
     rows = []
     try:
         for r in range(rounds):
-            for k in ks:
+            for k in ks if r % 2 == 0 else ks[::-1]:  # each k first in every other round
                 serve.run(build_app(_app_args(k)), name="specfleet", route_prefix="/")
                 asyncio.run(closed_loop(url, sharegpt_prompts(8, seed=99), 4))  # warm-up (estimator, caches)
                 for workload, prompts in WORKLOADS.items():
