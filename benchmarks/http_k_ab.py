@@ -1,8 +1,9 @@
 """Adaptive n-gram draft depths side by side through HTTP: one Ray Serve application redeployed with each k in
 turn (round after round, the order reversed every other round, so the machine's slow and fast spells fall on
 every k alike), the official async `openai` client streaming greedy chat completions in a closed loop
-(benchmarks/http_load.py) of ShareGPT and repetitive prompts. What `specfleet serve` drafts by default is chosen on the engine's A/Bs; this checks that
-the choice holds behind the proxy, the ingress and the per-token streaming, which take CPU the engine needs.
+(benchmarks/http_load.py) of ShareGPT and repetitive prompts. What `specfleet serve` drafts by default is chosen
+on the engine's A/Bs; this checks that the choice holds behind the proxy, the ingress and the per-token streaming,
+which take CPU the engine needs.
 
     python benchmarks/http_k_ab.py --k 4,15 --concurrency 1,4 --rounds 4 --per-slot 6 \
         --out benchmarks/results/http_k_ab_cpu.json          # ~8 min on 2 cores

@@ -61,7 +61,7 @@ class SamplingParams(BaseModel):
 # k when none is given: what the adaptive grid measured (benchmarks/adaptive_engine.py). Adaptive verification
 # verifies only what pays, so it drafts deep: n-gram drafts cost nothing (15, bounded under load by
 # `k_under_load`), the trained draft's cost drafter time (7). n-gram at 1-8 requests, adaptive k=4 read 0.93-0.99x
-# of adaptive k=7 and k=15 1.00-1.03x (docs/performance.md, "2026-12-08"). Fixed k verifies every draft: 4.
+# of adaptive k=7 and k=15 0.99-1.03x (docs/performance.md, "twentieth session"). Fixed k verifies every draft: 4.
 DEFAULT_K = 4
 ADAPTIVE_DEFAULT_K = {"ngram": 15, "draft": 7}
 

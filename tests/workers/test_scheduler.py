@@ -106,7 +106,8 @@ def test_while_prompts_wait_adaptive_drafts_pass_k_waiting_only_where_the_rows_f
     # 4 decoding requests: 16 rows fit 3 drafts each, 32 rows fit 7
     assert _deep_drafts_beside_a_prompt(0.5, k_under_load=7, k_waiting=4, deep_rows=16) == ([4, 4, 4, 4], [64 - 20])
     assert _deep_drafts_beside_a_prompt(0.5, k_under_load=7, k_waiting=4, deep_rows=32) == ([7, 7, 7, 7], [64 - 32])
-    assert _deep_drafts_beside_a_prompt(0.5, k_waiting=2, deep_rows=8) == ([2, 2, 2, 2], [64 - 12])  # k_under_load or not
+    # with or without k_under_load
+    assert _deep_drafts_beside_a_prompt(0.5, k_waiting=2, deep_rows=8) == ([2, 2, 2, 2], [64 - 12])
     assert _deep_drafts_beside_a_prompt(0.5, k_waiting=2) == ([7, 7, 7, 7], [64 - 32])  # no row bound: no bound
     assert _deep_drafts_beside_a_prompt(0.5, k_waiting=9, deep_rows=8) == ([7, 7, 7, 7], [64 - 32])  # the share binds
     sched = _scheduler(budget=64)
