@@ -101,7 +101,7 @@ class SpecConfig(BaseModel):
                                  "batch-invariant path: depth 15 at 1-2 requests, 9 at 3).")
     k_waiting: int | None = Field(4, ge=0, le=32, description="Adaptive: in steps that also prefill, drafts deeper "
                                   "than this only while every decoding request's rows fit deep_draft_rows (7 at "
-                                  "1-4 requests, 4 from 8; None: no bound). n-gram at repetitive c=32 measured "
+                                  "1-4 requests, 5 at 5, 4 from 6; None: no bound). n-gram at repetitive c=32 measured "
                                   "+3-7% over 7 there, c=8-32 otherwise within 0.5% (docs/performance.md).")
     cost_table_budget_s: float = Field(60.0, gt=0, description="Time bound of the warm-up cost measurement.")
     calibrate_plan: PlanCalibrationMode = Field(

@@ -41,7 +41,7 @@ class Scheduler:
     k_under_load: int | None = None
     deep_rows: int | None = None
     # While prompts wait, adaptive drafts go deeper than `k_waiting` (None: no bound) only while every decoding
-    # request's rows fit `deep_rows` (at most k_under_load still): 7 at 1-4 requests, 4 from 8 on. At n-gram
+    # request's rows fit `deep_rows` (at most k_under_load still): 7 at 1-4 requests, 5 at 5, 4 from 6. At n-gram
     # repetitive c=32, 4 read +3-7% over 7 in all three cycles of an A/B, at c=8-32 otherwise within 0.5%, and at
     # repetitive c=2 1.6% under it (docs/performance.md, "twentieth session"); set from SpecConfig.k_waiting.
     k_waiting: int | None = None
